@@ -1,0 +1,428 @@
+// Scalar reference kernels: the oracle every SIMD kernel is tested against, and the double path.
+//
+// Plain loops written for obviousness, not speed (GEMM here is a triple loop). Same contracts as
+// kernels/kernels.hpp. No OpenMP here: the reference must be deterministic and simple.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+
+namespace tapegrad::kernels::ref {
+
+// ----------------------------------------------------------------------------------------------
+// GEMM
+
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      T acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const T a = ta ? A[k * lda + i] : A[i * lda + k];
+        const T b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        acc += a * b;
+      }
+      C[i * ldc + j] = beta == T(0) ? alpha * acc : alpha * acc + beta * C[i * ldc + j];
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Elementwise
+
+inline constexpr double kSqrt2OverPi = 0.7978845608028654;
+inline constexpr double kGeluCubic = 0.044715;
+inline constexpr double kInvSqrt2 = 0.7071067811865476;
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+template <class T>
+T unary_one(Unary op, T x) {
+  switch (op) {
+    case Unary::neg: return -x;
+    case Unary::exp: return std::exp(x);
+    case Unary::log: return std::log(x);
+    case Unary::sqrt: return std::sqrt(x);
+    case Unary::abs: return std::abs(x);
+    case Unary::tanh: return std::tanh(x);
+    case Unary::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Unary::relu: return x > T(0) ? x : T(0);
+    case Unary::gelu_tanh: return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
+    case Unary::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+  }
+  return x;
+}
+
+// d f(x) / dx, given x and y = f(x).
+template <class T>
+T unary_derivative(Unary op, T x, T y) {
+  switch (op) {
+    case Unary::neg: return T(-1);
+    case Unary::exp: return y;                                   // d exp = exp
+    case Unary::log: return T(1) / x;                            // d log = 1/x
+    case Unary::sqrt: return T(0.5) / y;                         // d sqrt = 1/(2 sqrt x)
+    case Unary::abs: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+    case Unary::tanh: return T(1) - y * y;                       // d tanh = 1 - tanh^2
+    case Unary::sigmoid: return y * (T(1) - y);                  // d sigmoid = s (1 - s)
+    case Unary::relu: return x > T(0) ? T(1) : T(0);
+    case Unary::gelu_tanh: {
+      // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2)
+      const T t = std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x));
+      return T(0.5) * (T(1) + t) +
+             T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x * x);
+    }
+    case Unary::gelu_erf:
+      // d/dx x Phi(x) = Phi(x) + x phi(x)
+      return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+  }
+  return T(0);
+}
+
+template <class T>
+void unary(Unary op, int64_t n, const T* x, T* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_one(op, x[i]);
+}
+
+template <class T>
+void unary_backward(Unary op, int64_t n, const T* x, const T* y, const T* dy, T* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * unary_derivative(op, x[i], y[i]);
+}
+
+template <class T>
+void affine(int64_t n, const T* x, T scale, T shift, T* y, bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (accumulate ? y[i] : T(0)) + x[i] * scale + shift;
+}
+
+template <class T>
+void pow_scalar(int64_t n, const T* x, T p, T* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::pow(x[i], p);
+}
+
+template <class T>
+void pow_scalar_backward(int64_t n, const T* x, T p, const T* dy, T* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * p * std::pow(x[i], p - T(1));
+}
+
+template <class T>
+T binary_one(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::add: return a + b;
+    case Binary::sub: return a - b;
+    case Binary::mul: return a * b;
+    case Binary::div: return a / b;
+    case Binary::pow: return std::pow(a, b);
+  }
+  return T(0);
+}
+
+// d(a op b)/da (which = 0) or d(a op b)/db (which = 1).
+template <class T>
+T binary_partial(Binary op, int which, T a, T b) {
+  switch (op) {
+    case Binary::add: return T(1);
+    case Binary::sub: return which == 0 ? T(1) : T(-1);
+    case Binary::mul: return which == 0 ? b : a;
+    case Binary::div: return which == 0 ? T(1) / b : -a / (b * b);
+    case Binary::pow: return which == 0 ? b * std::pow(a, b - T(1)) : std::pow(a, b) * std::log(a);
+  }
+  return T(0);
+}
+
+// Visits every index of an nd space in row-major order, calling f(linear, offset_a, offset_b).
+template <class F>
+void for_each_index2(int ndim, const int64_t* shape, const int64_t* sa, const int64_t* sb, F&& f) {
+  int64_t total = 1;
+  for (int d = 0; d < ndim; ++d) total *= shape[d];
+  if (total == 0) return;
+  int64_t idx[8] = {0};
+  int64_t oa = 0, ob = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    f(i, oa, ob);
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        oa += sa[d];
+        ob += sb[d];
+        break;
+      }
+      oa -= sa[d] * (shape[d] - 1);
+      ob -= sb[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+void binary(Binary op, int ndim, const int64_t* shape, const T* a, const int64_t* sa, const T* b,
+            const int64_t* sb, T* y) {
+  for_each_index2(ndim, shape, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) { y[i] = binary_one(op, a[oa], b[ob]); });
+}
+
+template <class T>
+void binary_backward(Binary op, int which, int ndim, const int64_t* shape, const T* a, const int64_t* sa,
+                     const T* b, const int64_t* sb, const T* dy, T* g) {
+  for_each_index2(ndim, shape, sa, sb,
+                  [&](int64_t i, int64_t oa, int64_t ob) { g[i] = dy[i] * binary_partial(op, which, a[oa], b[ob]); });
+}
+
+template <class T>
+void sum_to(int ndim, const int64_t* shape, const T* x, const int64_t* out_strides, T* out) {
+  for_each_index2(ndim, shape, out_strides, out_strides, [&](int64_t i, int64_t o, int64_t) { out[o] += x[i]; });
+}
+
+template <class T>
+void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* xs, T* y) {
+  for_each_index2(ndim, shape, xs, xs, [&](int64_t i, int64_t o, int64_t) { y[i] = x[o]; });
+}
+
+template <class T>
+void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
+  for_each_index2(ndim, shape, dxs, dxs, [&](int64_t i, int64_t o, int64_t) { dx[o] += dy[i]; });
+}
+
+template <class T>
+void fill(int64_t n, T value, T* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = value;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Reductions
+
+template <class T>
+void sum_axis(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      T acc = 0;
+      for (int64_t k = 0; k < n; ++k) acc += x[(o * n + k) * inner + i];
+      y[o * inner + i] = acc;
+    }
+}
+
+template <class T>
+void max_axis(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, int64_t* argmax) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < n; ++k)
+        if (x[(o * n + k) * inner + i] > x[(o * n + best) * inner + i]) best = k;
+      y[o * inner + i] = x[(o * n + best) * inner + i];
+      if (argmax) argmax[o * inner + i] = best;
+    }
+}
+
+template <class T>
+T sum_all(int64_t n, const T* x) {
+  double acc = 0;  // double accumulator: the reference should be the accurate one
+  for (int64_t i = 0; i < n; ++i) acc += double(x[i]);
+  return T(acc);
+}
+
+template <class T>
+T sum_squares(int64_t n, const T* x) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += double(x[i]) * double(x[i]);
+  return T(acc);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Softmax family
+
+// True when column c of row r is masked out by the causal rule.
+inline bool causal_masked(const SoftmaxOptions& o, int64_t r, int64_t c, int64_t cols) {
+  if (!o.causal) return false;
+  const int64_t period = o.causal_period > 0 ? o.causal_period : cols;
+  return c > (r % period) + o.causal_offset;
+}
+
+template <class T>
+void softmax(int64_t rows, int64_t cols, const T* x, T* y, const SoftmaxOptions& o) {
+  const T* mask = static_cast<const T*>(o.mask);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const T* mr = mask ? mask + (r % o.mask_rows) * cols : nullptr;
+    T mx = neg_inf;
+    for (int64_t c = 0; c < cols; ++c) {
+      T v = causal_masked(o, r, c, cols) ? neg_inf : T(o.scale) * xr[c] + (mr ? mr[c] : T(0));
+      yr[c] = v;
+      mx = std::max(mx, v);
+    }
+    if (mx == neg_inf) {  // every column masked: define the row as all zeros, not NaN
+      for (int64_t c = 0; c < cols; ++c) yr[c] = 0;
+      continue;
+    }
+    T sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      yr[c] = std::exp(yr[c] - mx);
+      sum += yr[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) yr[c] /= sum;
+  }
+}
+
+template <class T>
+void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, double scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *yr = y + r * cols, *dyr = dy + r * cols;
+    T dot = 0;
+    for (int64_t c = 0; c < cols; ++c) dot += dyr[c] * yr[c];
+    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] += T(scale) * yr[c] * (dyr[c] - dot);
+  }
+}
+
+template <class T>
+void log_softmax(int64_t rows, int64_t cols, const T* x, T* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, xr[c]);
+    T sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(xr[c] - mx);
+    const T lse = mx + std::log(sum);
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = xr[c] - lse;
+  }
+}
+
+template <class T>
+void log_softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += dy[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] += dy[r * cols + c] - std::exp(y[r * cols + c]) * sum;
+  }
+}
+
+template <class T>
+int64_t cross_entropy(int64_t rows, int64_t V, const T* logits, const int32_t* targets, int32_t ignore_index,
+                      double eps, T* row_loss, T* grad, double grad_scale) {
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = logits + r * V;
+    const int32_t t = targets[r];
+    if (t == ignore_index) {
+      row_loss[r] = 0;
+      if (grad)
+        for (int64_t v = 0; v < V; ++v) grad[r * V + v] = 0;
+      continue;
+    }
+    ++counted;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, xr[v]);
+    T sum = 0, sum_x = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      sum += std::exp(xr[v] - mx);
+      sum_x += xr[v];
+    }
+    const T lse = mx + std::log(sum);
+    // -sum_v logp[v] = V * lse - sum_x
+    row_loss[r] = T(1 - eps) * (lse - xr[t]) + T(eps / V) * (T(V) * lse - sum_x);
+    if (grad)
+      for (int64_t v = 0; v < V; ++v) {
+        const T p = std::exp(xr[v] - lse);
+        grad[r * V + v] = T(grad_scale) * (p - T(eps / V) - (v == t ? T(1 - eps) : T(0)));
+      }
+  }
+  return counted;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Layer norm
+
+template <class T>
+void layer_norm(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* beta, double eps, T* y, T* mean,
+                T* rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T mu = 0;
+    for (int64_t c = 0; c < cols; ++c) mu += xr[c];
+    mu /= T(cols);
+    T var = 0;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+    var /= T(cols);
+    const T rs = T(1) / std::sqrt(var + T(eps));
+    for (int64_t c = 0; c < cols; ++c) {
+      const T xhat = (xr[c] - mu) * rs;
+      y[r * cols + c] = xhat * (gamma ? gamma[c] : T(1)) + (beta ? beta[c] : T(0));
+    }
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+template <class T>
+void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean, const T* rstd,
+                         const T* dy, T* dx, T* dgamma, T* dbeta) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * cols, *dyr = dy + r * cols;
+    T sum_g = 0, sum_gx = 0;  // sum(dxhat), sum(dxhat * xhat)
+    for (int64_t c = 0; c < cols; ++c) {
+      const T xhat = (xr[c] - mean[r]) * rstd[r];
+      const T g = dyr[c] * (gamma ? gamma[c] : T(1));
+      sum_g += g;
+      sum_gx += g * xhat;
+      if (dgamma) dgamma[c] += dyr[c] * xhat;
+      if (dbeta) dbeta[c] += dyr[c];
+    }
+    if (!dx) continue;
+    const T inv_n = T(1) / T(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const T xhat = (xr[c] - mean[r]) * rstd[r];
+      const T g = dyr[c] * (gamma ? gamma[c] : T(1));
+      dx[r * cols + c] += rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Indexing
+
+template <class T>
+void embedding(int64_t n, int64_t dim, const T* table, const int32_t* ids, T* y) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * dim, table + int64_t(ids[i]) * dim, sizeof(T) * dim);
+}
+
+template <class T>
+void embedding_backward(int64_t n, int64_t dim, const int32_t* ids, const T* dy, T* dtable) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < dim; ++d) dtable[int64_t(ids[i]) * dim + d] += dy[i * dim + d];
+}
+
+// ----------------------------------------------------------------------------------------------
+// Optimizer
+
+template <class T>
+void adam_update(int64_t n, T* param, const T* grad, T* m, T* v, const AdamParams& p) {
+  const double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
+  const double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
+  for (int64_t i = 0; i < n; ++i) {
+    T g = grad[i];
+    if (p.decoupled)
+      param[i] -= T(p.lr * p.weight_decay) * param[i];  // AdamW: decay the weight, not the gradient
+    else
+      g += T(p.weight_decay) * param[i];  // Adam with L2: decay enters the moments
+    m[i] = T(p.beta1) * m[i] + T(1 - p.beta1) * g;
+    v[i] = T(p.beta2) * v[i] + T(1 - p.beta2) * g * g;
+    const T mhat = m[i] / T(bc1), vhat = v[i] / T(bc2);
+    param[i] -= T(p.lr) * mhat / (std::sqrt(vhat) + T(p.eps));
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Dropout
+
+template <class T>
+void dropout(int64_t n, const T* x, double p, uint64_t seed, T* y, uint8_t* mask) {
+  const T keep_scale = T(1.0 / (1.0 - p));
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = uniform_at(seed, uint64_t(i)) >= p;
+    mask[i] = keep;
+    y[i] = keep ? x[i] * keep_scale : T(0);
+  }
+}
+
+}  // namespace tapegrad::kernels::ref
