@@ -1,0 +1,123 @@
+// Shared plumbing for the SIMD row-wise and elementwise kernels: batch aliases, tail loads/stores,
+// the horizontal reductions xsimd 8.1 lacks, and the OpenMP policy (when to fork, how to split).
+//
+// Everything here and in the kernel headers beside it sits in an unnamed namespace on purpose: each
+// kernels/simd/isa_*.cpp includes these headers and is compiled with its own -m flags, so any helper
+// with external linkage (even an inline one) could be merged by the linker with the AVX-512 copy and
+// then run on the SSE2 path. Internal linkage keeps each ISA's code to itself. No kernels live here.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <xsimd/xsimd.hpp>
+
+#include "kernels/kernels.hpp"
+
+// g++ 12.2 reports its own AVX-512 intrinsics (the `__Y = __Y` idiom of _mm512_undefined_*) as
+// "used uninitialized" once they are inlined into our code (GCC PR105593, fixed in 12.3). Each
+// kernel header switches exactly those two warnings off between these markers.
+#define TG_SIMD_SILENCE_GCC_PR105593_BEGIN                       \
+  _Pragma("GCC diagnostic push")                                 \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")         \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define TG_SIMD_SILENCE_GCC_PR105593_END _Pragma("GCC diagnostic pop")
+
+TG_SIMD_SILENCE_GCC_PR105593_BEGIN
+
+namespace tapegrad::kernels::simd {
+namespace {
+
+template <class Arch>
+using Batch = xsimd::batch<float, Arch>;
+template <class Arch>
+using IBatch = xsimd::batch<int32_t, Arch>;
+
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Elements a kernel must touch before it forks the OpenMP team. A fork/join of two threads costs
+// ~2-5 us on this class of VM, about the time one core takes to stream 128 KiB, so below this the
+// calling thread does the whole job. A property of the size only: results never depend on it.
+inline constexpr int64_t kParallelMinWork = 1 << 15;
+
+// Team size for a job of `work` elements: 1 below the threshold, else the configured count (never
+// more threads than independent items).
+inline int team_for(int64_t work, int64_t items) {
+  if (work < kParallelMinWork || items < 2) return 1;
+  return int(std::min<int64_t>(num_threads(), items));
+}
+
+// [begin, end) of item range `n` for thread `t` of `nt`: contiguous, static, balanced to one item.
+struct Range {
+  int64_t begin, end;
+};
+inline Range split(int64_t n, int t, int nt) {
+  const int64_t q = n / nt, r = n % nt;
+  const int64_t b = t * q + std::min<int64_t>(t, r);
+  return {b, b + q + (t < r ? 1 : 0)};
+}
+
+// Runs body(begin, end) over [0, n) split statically across `nt` threads (inline when nt == 1).
+// Every index is handled by exactly one call, so per-item results cannot depend on nt.
+template <class F>
+void parallel_ranges(int64_t n, int nt, F&& body) {
+  if (nt <= 1) {
+    if (n > 0) body(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const Range r = split(n, omp_get_thread_num(), omp_get_num_threads());
+    if (r.end > r.begin) body(r.begin, r.end);
+  }
+}
+
+// Loads the first n (< batch size) floats at p, padding the rest with `fill` (the reduction's
+// identity), so a row's tail goes through the same vector code as its body.
+template <class Arch>
+Batch<Arch> load_tail(const float* p, int64_t n, float fill) {
+  alignas(64) float buf[Batch<Arch>::size];
+  for (std::size_t i = 0; i < Batch<Arch>::size; ++i) buf[i] = fill;
+  std::memcpy(buf, p, sizeof(float) * size_t(n));
+  return Batch<Arch>::load_aligned(buf);
+}
+
+template <class Arch>
+void store_tail(float* p, int64_t n, const Batch<Arch>& v) {
+  alignas(64) float buf[Batch<Arch>::size];
+  v.store_aligned(buf);
+  std::memcpy(p, buf, sizeof(float) * size_t(n));
+}
+
+template <class Arch>
+float hmax(const Batch<Arch>& v) {
+  alignas(64) float buf[Batch<Arch>::size];
+  v.store_aligned(buf);
+  float m = buf[0];
+  for (std::size_t i = 1; i < Batch<Arch>::size; ++i) m = buf[i] > m ? buf[i] : m;
+  return m;
+}
+
+template <class Arch>
+float hsum(const Batch<Arch>& v) {
+  return xsimd::hadd(v);
+}
+
+// A 64-byte aligned scratch array owned by one kernel call (partial sums). Plain new[] rather than
+// std::vector so that no library template is instantiated under this TU's instruction set.
+struct Scratch {
+  float* p = nullptr;
+  explicit Scratch(int64_t n) : p(static_cast<float*>(::operator new[](sizeof(float) * size_t(std::max<int64_t>(n, 1)), std::align_val_t{64}))) {}
+  ~Scratch() { ::operator delete[](p, std::align_val_t{64}); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+}  // namespace
+}  // namespace tapegrad::kernels::simd
+
+TG_SIMD_SILENCE_GCC_PR105593_END

@@ -1,0 +1,325 @@
+// SIMD softmax family over rows x cols (float32): softmax with scale and additive / causal mask fused,
+// its backward, log_softmax and its backward, and cross-entropy from logits. Contracts and the
+// scalar oracle: kernels/kernels.hpp, kernels/ref/ref.hpp.
+//
+// Each row is handled by one thread in three short passes (max, exp and sum, normalise). A row of up
+// to ~8K floats stays in L1/L2 between passes, so x is read from memory once and y written once: the
+// kernel runs near memory speed, which is the point (bench/bench_vector.cpp compares it with memcpy).
+// Rows are split statically across the team; nothing is reduced across rows, so results do not
+// depend on the thread count. The double path stays on the reference.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/simd/common.hpp"
+#include "kernels/simd/math.hpp"
+
+TG_SIMD_SILENCE_GCC_PR105593_BEGIN
+
+namespace tapegrad::kernels::simd {
+namespace {
+
+// max over n floats; -inf for n == 0. Four accumulators hide the latency of max.
+template <class Arch>
+float row_max(const float* x, int64_t n) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B m0(-kInf), m1(-kInf), m2(-kInf), m3(-kInf);
+  int64_t c = 0;
+  for (; c + 4 * W <= n; c += 4 * W) {
+    m0 = xsimd::max(m0, B::load_unaligned(x + c));
+    m1 = xsimd::max(m1, B::load_unaligned(x + c + W));
+    m2 = xsimd::max(m2, B::load_unaligned(x + c + 2 * W));
+    m3 = xsimd::max(m3, B::load_unaligned(x + c + 3 * W));
+  }
+  for (; c + W <= n; c += W) m0 = xsimd::max(m0, B::load_unaligned(x + c));
+  if (c < n) m1 = xsimd::max(m1, load_tail<Arch>(x + c, n - c, -kInf));
+  return hmax<Arch>(xsimd::max(xsimd::max(m0, m1), xsimd::max(m2, m3)));
+}
+
+// y = exp(x - shift) over n floats (x - shift <= 0), returns sum(y). x may equal y.
+template <class Arch>
+float exp_shift_sum(const float* x, float shift, int64_t n, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B s(shift);
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    const B e0 = exp_nonpositive<Arch>(B::load_unaligned(x + c) - s);
+    const B e1 = exp_nonpositive<Arch>(B::load_unaligned(x + c + W) - s);
+    e0.store_unaligned(y + c);
+    e1.store_unaligned(y + c + W);
+    a0 += e0;
+    a1 += e1;
+  }
+  for (; c + W <= n; c += W) {
+    const B e = exp_nonpositive<Arch>(B::load_unaligned(x + c) - s);
+    e.store_unaligned(y + c);
+    a0 += e;
+  }
+  if (c < n) {
+    const B e = exp_nonpositive<Arch>(load_tail<Arch>(x + c, n - c, -kInf) - s);  // padding -> 0
+    store_tail<Arch>(y + c, n - c, e);
+    a1 += e;
+  }
+  return hsum<Arch>(a0 + a1);
+}
+
+// sum(exp(x - shift)) without storing (log_softmax, cross-entropy).
+template <class Arch>
+float exp_shift_sum_only(const float* x, float shift, int64_t n) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B s(shift);
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    a0 += exp_nonpositive<Arch>(B::load_unaligned(x + c) - s);
+    a1 += exp_nonpositive<Arch>(B::load_unaligned(x + c + W) - s);
+  }
+  for (; c + W <= n; c += W) a0 += exp_nonpositive<Arch>(B::load_unaligned(x + c) - s);
+  if (c < n) a1 += exp_nonpositive<Arch>(load_tail<Arch>(x + c, n - c, -kInf) - s);
+  return hsum<Arch>(a0 + a1);
+}
+
+template <class Arch>
+void scale_inplace(float* y, float k, int64_t n) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B kb(k);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) (B::load_unaligned(y + c) * kb).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] *= k;
+}
+
+template <class Arch>
+void fill_zero(float* y, int64_t n) {
+  std::memset(y, 0, sizeof(float) * size_t(n));
+}
+
+// y = scale * x + mask over n floats (mask may be null); returns max(y).
+template <class Arch>
+float scale_mask_max(const float* x, const float* mask, float scale, int64_t n, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B sc(scale);
+  B m0(-kInf), m1(-kInf);
+  int64_t c = 0;
+  if (mask) {
+    for (; c + W <= n; c += W) {
+      const B v = xsimd::fma(sc, B::load_unaligned(x + c), B::load_unaligned(mask + c));
+      v.store_unaligned(y + c);
+      m0 = xsimd::max(m0, v);
+    }
+    for (; c < n; ++c) {
+      y[c] = scale * x[c] + mask[c];
+      m1 = xsimd::max(m1, B(y[c]));
+    }
+  } else {
+    for (; c + W <= n; c += W) {
+      const B v = sc * B::load_unaligned(x + c);
+      v.store_unaligned(y + c);
+      m0 = xsimd::max(m0, v);
+    }
+    for (; c < n; ++c) {
+      y[c] = scale * x[c];
+      m1 = xsimd::max(m1, B(y[c]));
+    }
+  }
+  return hmax<Arch>(xsimd::max(m0, m1));
+}
+
+// One softmax row. Columns at or past `active` are causally masked (exp(-inf) = 0, written directly).
+template <class Arch>
+void softmax_row(const float* x, const float* mask, float scale, bool plain, int64_t active, int64_t cols,
+                 float* y) {
+  const float* src = x;
+  float mx;
+  if (plain) {
+    mx = row_max<Arch>(x, active);
+  } else {
+    mx = scale_mask_max<Arch>(x, mask, scale, active, y);  // y holds the logits until pass 2
+    src = y;
+  }
+  if (mx == -kInf) {  // every column masked (or none active): the reference defines this row as zeros
+    fill_zero<Arch>(y, cols);
+    return;
+  }
+  const float sum = exp_shift_sum<Arch>(src, mx, active, y);
+  scale_inplace<Arch>(y, 1.0f / sum, active);
+  if (active < cols) fill_zero<Arch>(y + active, cols - active);
+}
+
+template <class Arch>
+void softmax_f32(int64_t rows, int64_t cols, const float* x, float* y, const SoftmaxOptions& o) {
+  if (rows <= 0 || cols <= 0) return;
+  const float* mask = static_cast<const float*>(o.mask);
+  const float scale = float(o.scale);
+  const bool plain = !mask && scale == 1.0f;
+  const int64_t period = o.causal_period > 0 ? o.causal_period : cols;
+  const int nt = team_for(rows * cols * 4, rows);  // exp makes a column cost ~4 plain elements
+  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      // causal: column c is masked when c > (r % period) + offset, i.e. the first (r % period) +
+      // offset + 1 columns stay.
+      int64_t active = cols;
+      if (o.causal) active = std::clamp<int64_t>((r % period) + o.causal_offset + 1, 0, cols);
+      softmax_row<Arch>(x + r * cols, mask ? mask + (r % o.mask_rows) * cols : nullptr, scale, plain, active,
+                        cols, y + r * cols);
+    }
+  });
+}
+
+// softmax: dx += scale * y * (dy - sum(dy * y))
+template <class Arch>
+void softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
+                          double scale_d) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  if (rows <= 0 || cols <= 0) return;
+  const float scale = float(scale_d);
+  const int nt = team_for(rows * cols * 3, rows);
+  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *yr = y + r * cols, *dyr = dy + r * cols;
+      float* dxr = dx + r * cols;
+      B a0(0.0f), a1(0.0f);
+      int64_t c = 0;
+      for (; c + 2 * W <= cols; c += 2 * W) {
+        a0 = xsimd::fma(B::load_unaligned(dyr + c), B::load_unaligned(yr + c), a0);
+        a1 = xsimd::fma(B::load_unaligned(dyr + c + W), B::load_unaligned(yr + c + W), a1);
+      }
+      for (; c + W <= cols; c += W) a0 = xsimd::fma(B::load_unaligned(dyr + c), B::load_unaligned(yr + c), a0);
+      float dot = hsum<Arch>(a0 + a1);
+      for (; c < cols; ++c) dot += dyr[c] * yr[c];
+      const B d(dot), s(scale);
+      c = 0;
+      for (; c + W <= cols; c += W) {
+        const B g = s * B::load_unaligned(yr + c) * (B::load_unaligned(dyr + c) - d);
+        (B::load_unaligned(dxr + c) + g).store_unaligned(dxr + c);
+      }
+      for (; c < cols; ++c) dxr[c] += scale * yr[c] * (dyr[c] - dot);
+    }
+  });
+}
+
+// y = x - max - log(sum(exp(x - max)))
+template <class Arch>
+void log_softmax_f32(int64_t rows, int64_t cols, const float* x, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  if (rows <= 0 || cols <= 0) return;
+  const int nt = team_for(rows * cols * 4, rows);
+  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      const float mx = row_max<Arch>(xr, cols);
+      const float lse = mx + std::log(exp_shift_sum_only<Arch>(xr, mx, cols));
+      const B l(lse);
+      int64_t c = 0;
+      for (; c + W <= cols; c += W) (B::load_unaligned(xr + c) - l).store_unaligned(yr + c);
+      for (; c < cols; ++c) yr[c] = xr[c] - lse;
+    }
+  });
+}
+
+// log_softmax: dx += dy - exp(y) * sum(dy)
+template <class Arch>
+void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  if (rows <= 0 || cols <= 0) return;
+  const int nt = team_for(rows * cols * 4, rows);
+  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *yr = y + r * cols, *dyr = dy + r * cols;
+      float* dxr = dx + r * cols;
+      B a0(0.0f), a1(0.0f);
+      int64_t c = 0;
+      for (; c + 2 * W <= cols; c += 2 * W) {
+        a0 += B::load_unaligned(dyr + c);
+        a1 += B::load_unaligned(dyr + c + W);
+      }
+      for (; c + W <= cols; c += W) a0 += B::load_unaligned(dyr + c);
+      if (c < cols) a1 += load_tail<Arch>(dyr + c, cols - c, 0.0f);
+      const B s(hsum<Arch>(a0 + a1));
+      c = 0;
+      // y = log p <= 0, so exp(y) never overflows.
+      for (; c + W <= cols; c += W) {
+        const B g = B::load_unaligned(dyr + c) - exp_nonpositive<Arch>(B::load_unaligned(yr + c)) * s;
+        (B::load_unaligned(dxr + c) + g).store_unaligned(dxr + c);
+      }
+      if (c < cols) {
+        const int64_t n = cols - c;
+        const B g = load_tail<Arch>(dyr + c, n, 0.0f) - exp_nonpositive<Arch>(load_tail<Arch>(yr + c, n, 0.0f)) * s;
+        store_tail<Arch>(dxr + c, n, load_tail<Arch>(dxr + c, n, 0.0f) + g);
+      }
+    }
+  });
+}
+
+// Cross-entropy from logits, fused; per row (target t not ignored), with logp = x - lse:
+//   loss = (1 - eps) (lse - x[t]) + eps/V (V lse - sum x)
+//   grad = grad_scale * (exp(x - lse) - eps/V - (1 - eps) [v == t])
+template <class Arch>
+int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const int32_t* targets,
+                          int32_t ignore_index, double eps, float* row_loss, float* grad, double grad_scale) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  if (rows <= 0) return 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
+  const float gs = float(grad_scale), smooth = float(eps / double(V)), on = float(1 - eps);
+  const int nt = team_for(rows * V * (grad ? 6 : 3), rows);
+  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = logits + r * V;
+      float* gr = grad ? grad + r * V : nullptr;
+      const int32_t t = targets[r];
+      if (t == ignore_index || V <= 0) {
+        row_loss[r] = 0;
+        if (gr) fill_zero<Arch>(gr, V);
+        continue;
+      }
+      // pass 1: max and sum(x) together
+      B m0(-kInf), m1(-kInf), s0(0.0f), s1(0.0f);
+      int64_t c = 0;
+      for (; c + 2 * W <= V; c += 2 * W) {
+        const B v0 = B::load_unaligned(xr + c), v1 = B::load_unaligned(xr + c + W);
+        m0 = xsimd::max(m0, v0);
+        m1 = xsimd::max(m1, v1);
+        s0 += v0;
+        s1 += v1;
+      }
+      for (; c + W <= V; c += W) {
+        const B v = B::load_unaligned(xr + c);
+        m0 = xsimd::max(m0, v);
+        s0 += v;
+      }
+      if (c < V) {
+        m1 = xsimd::max(m1, load_tail<Arch>(xr + c, V - c, -kInf));
+        s1 += load_tail<Arch>(xr + c, V - c, 0.0f);
+      }
+      const float mx = hmax<Arch>(xsimd::max(m0, m1));
+      const float sum_x = hsum<Arch>(s0 + s1);
+      const float lse = mx + std::log(exp_shift_sum_only<Arch>(xr, mx, V));
+      row_loss[r] = on * (lse - xr[t]) + smooth * (float(V) * lse - sum_x);
+      if (!gr) continue;
+      const B l(lse), g(gs), sm(smooth);
+      c = 0;
+      for (; c + W <= V; c += W)
+        (g * (exp_nonpositive<Arch>(B::load_unaligned(xr + c) - l) - sm)).store_unaligned(gr + c);
+      if (c < V)
+        store_tail<Arch>(gr + c, V - c, g * (exp_nonpositive<Arch>(load_tail<Arch>(xr + c, V - c, 0.0f) - l) - sm));
+      gr[t] = gs * (std::exp(xr[t] - lse) - smooth - on);
+    }
+  });
+  return counted;
+}
+
+}  // namespace
+}  // namespace tapegrad::kernels::simd
+
+TG_SIMD_SILENCE_GCC_PR105593_END
