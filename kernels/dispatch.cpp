@@ -222,6 +222,12 @@ template <class T>
 void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                   int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc,
                   int64_t sc) {
+  if (batch <= 0 || M <= 0 || N <= 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (auto f = table().gemm_batched_f32) return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+  } else {
+    if (auto f = table().gemm_batched_f64) return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+  }
   for (int64_t i = 0; i < batch; ++i)
     gemm<T>(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
 }

@@ -15,6 +15,11 @@ struct KernelTable {
                    float, float*, int64_t) = nullptr;
   void (*gemm_f64)(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*, int64_t,
                    double, double*, int64_t) = nullptr;
+  // Batched GEMM, so small per-head matrices can be spread over threads by batch; null = a loop of gemm.
+  void (*gemm_batched_f32)(int64_t, bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t,
+                           const float*, int64_t, int64_t, float, float*, int64_t, int64_t) = nullptr;
+  void (*gemm_batched_f64)(int64_t, bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, int64_t,
+                           const double*, int64_t, int64_t, double, double*, int64_t, int64_t) = nullptr;
   void (*unary)(Unary, int64_t, const float*, float*) = nullptr;
   void (*unary_backward)(Unary, int64_t, const float*, const float*, const float*, float*) = nullptr;
   void (*affine)(int64_t, const float*, float, float, float*, bool) = nullptr;

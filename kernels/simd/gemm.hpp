@@ -1,14 +1,36 @@
-// SIMD GEMM (float32 and float64), templated on the xsimd architecture.
-// Installed into the dispatch table by each kernels/simd/isa_*.cpp.
+// SIMD GEMM (float32 and float64), templated on the xsimd architecture: the entry points that
+// kernels/simd/isa_*.cpp install into the dispatch table.
+//
+// Layers, each in its own header: gemm_config.hpp (register tile, block sizes, buffers),
+// gemm_pack.hpp (packing), gemm_micro.hpp (micro-kernel and its contract), gemm_driver.hpp (loop
+// nest, threads, batched form). This file only binds them to the table with num_threads().
 #pragma once
 
+#include "kernels/simd/gemm_driver.hpp"
 #include "kernels/table.hpp"
 
 namespace tapegrad::kernels::simd {
 
+template <class Arch, class T>
+void gemm_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+                int64_t ldb, T beta, T* C, int64_t ldc) {
+  gemm_detail::GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
+}
+
+template <class Arch, class T>
+void gemm_batched_entry(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                        int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc,
+                        int64_t sc) {
+  gemm_detail::GemmDriver<Arch, T>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,
+                                                 ldc, sc, num_threads());
+}
+
 template <class Arch>
 void install_gemm(KernelTable& t) {
-  (void)t;  // not vectorised yet: the reference stays in place
+  t.gemm_f32 = gemm_entry<Arch, float>;
+  t.gemm_f64 = gemm_entry<Arch, double>;
+  t.gemm_batched_f32 = gemm_batched_entry<Arch, float>;
+  t.gemm_batched_f64 = gemm_batched_entry<Arch, double>;
 }
 
 }  // namespace tapegrad::kernels::simd

@@ -1,0 +1,106 @@
+// GEMM configuration: the register tile (MR x NR) per instruction set and element type, the cache
+// block sizes derived from cache_info(), and the thread-local packing buffers.
+//
+// Every number that shapes the GEMM lives here so that tuning touches one file. Roles, in row-major
+// terms (C is M x N, rows of C are contiguous):
+//   - NR (the vector side) runs along N: a micro-tile row is NR/W vectors of C.
+//   - MR (the broadcast side) runs along M: each element of the packed A micro-panel is broadcast.
+//   - kc: depth of a packed block. An A micro-panel (MR x kc) stays in L1 while the inner loop streams
+//     every B micro-panel (kc x NR) of the packed B block past it.
+//   - nc: columns of the packed B block (kc x nc), sized to stay in one core's L2.
+//   - mc: rows of the packed A block (mc x kc), shared by the whole thread team, sized for the L3.
+// This is BLIS's loop nest for the transposed problem (C^T = B^T A^T, column-major), so its block
+// sizes carry over with MR and NR swapped. Not here: the loops themselves (gemm_driver.hpp), the
+// packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+#include <xsimd/xsimd.hpp>
+
+#include "kernels/kernels.hpp"
+
+namespace tapegrad::kernels::simd::gemm_detail {
+
+// The register tile for each (Arch, T). Chosen by measurement on Zen 5 (see bench/bench_gemm.cpp):
+//   AVX-512: 14 x 2 vectors = 28 zmm accumulators, enough independent FMAs to cover two 512-bit FMA
+//            pipes at 4-cycle latency, plus 2 B vectors and a broadcast: 31 of 32 registers.
+//   AVX2:    6 x 2 vectors = 12 ymm accumulators of 16 (the classic Haswell tile).
+//   SSE2:    6 x 2 vectors; no FMA, so multiply and add are separate (12 + 2 + 2 of 16 xmm).
+template <class Arch, class T>
+struct MicroTile {
+  using V = xsimd::batch<T, Arch>;
+  static constexpr int W = int(V::size);
+  static constexpr bool avx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+  static constexpr int MR = avx512 ? 14 : 6;
+  static constexpr int NV = 2;  // vectors per tile row
+  static constexpr int NR = NV * W;
+};
+
+// Cache block sizes (elements). See the file comment for the role of each.
+struct Blocking {
+  int64_t kc, nc, mc;
+};
+
+inline int64_t round_down(int64_t x, int64_t m) { return std::max(m, x / m * m); }
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// Derived from the cache sizes once per (Arch, T):
+//   kc: the A micro-panel (MR x kc) takes about half of L1d, the rest holds the streaming B panel.
+//   nc: the B block (kc x nc) takes about half of L2, leaving room for A panels and C.
+//   mc: the A block (mc x kc) takes about a quarter of L3 (shared by the team and by other work).
+template <class Arch, class T>
+const Blocking& blocking() {
+  static const Blocking b = [] {
+    using Tile = MicroTile<Arch, T>;
+    const CacheInfo& ci = cache_info();
+    const int64_t sz = int64_t(sizeof(T));
+    Blocking r;
+    r.kc = std::clamp<int64_t>(round_down(ci.l1d / 2 / (Tile::MR * sz), 16), 128, 512);
+    r.nc = std::clamp<int64_t>(round_down(ci.l2 / 2 / (r.kc * sz), Tile::NR), Tile::NR, 4096);
+    r.mc = std::clamp<int64_t>(round_down(ci.l3 / 4 / (r.kc * sz), Tile::MR), Tile::MR, 8192);
+    return r;
+  }();
+  return b;
+}
+
+// Below this many flops (2*M*N*K) a GEMM runs on one thread: an OpenMP fork/join and the barriers
+// cost a few microseconds, about what 2 MFLOP takes on one core.
+inline constexpr double kMinFlopsPerThread = 2.0e6;
+
+// ---------------------------------------------------------------------------------------------
+// Packing buffers: thread-local, 64-byte aligned, grown geometrically and never freed while the
+// thread lives, so steady-state calls touch no fresh pages (a first touch costs ~12 us here).
+// Slot 0 holds the team's shared A block (owned by the thread that starts the GEMM), slot 1 the
+// calling thread's private B block.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  void* get(size_t bytes) {
+    if (bytes > cap_) {
+      std::free(p_);
+      cap_ = std::max(bytes + bytes / 2, size_t(64) << 10);
+      cap_ = (cap_ + 4095) / 4096 * 4096;
+      p_ = std::aligned_alloc(4096, cap_);
+      if (!p_) throw std::bad_alloc();
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+template <class T>
+T* scratch(int slot, int64_t elems) {
+  thread_local Scratch s[2];
+  return static_cast<T*>(s[slot].get(size_t(elems) * sizeof(T)));
+}
+
+}  // namespace tapegrad::kernels::simd::gemm_detail

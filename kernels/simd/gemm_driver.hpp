@@ -1,0 +1,200 @@
+// GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C for one instruction set.
+//
+// The nest, outermost first (block sizes from gemm_config.hpp):
+//   for each block of mc rows of op(A)                       (A block: L3, shared by the team)
+//     for each depth block of kc                             (beta applies on the first only)
+//       the team packs the A block together; barrier
+//       each thread, over its own share of N:
+//         for each block of nc columns: pack the B block     (private, L2)
+//           for each A micro-panel (MR rows) of its M share  (stays in L1)
+//             for each B micro-panel (NR columns)            (streams from L2)
+//               micro-kernel on one MR x NR tile of C
+//       barrier (the A block is repacked next)
+// Threads split the tile grid as tm x tn: along N when there are enough column panels (no B
+// packing is duplicated), else along M (each thread then packs the same B block privately, which
+// is cheap next to the compute and needs no extra barrier). Work is assigned in whole panels so no
+// two threads write the same cache line of C except at a panel edge.
+// Small problems (under kMinFlopsPerThread per thread) run on the calling thread with no OpenMP
+// region. Batched GEMMs of small matrices (attention heads) parallelise over the batch instead.
+// Not here: the micro-kernel (gemm_micro.hpp), packing (gemm_pack.hpp), the block sizes.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/simd/gemm_config.hpp"
+#include "kernels/simd/gemm_micro.hpp"
+#include "kernels/simd/gemm_pack.hpp"
+
+namespace tapegrad::kernels::simd::gemm_detail {
+
+// C = beta * C over an M x N window (K == 0 or alpha == 0): BLAS semantics, A and B unread.
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0))
+      std::fill(c, c + N, T(0));
+    else if (beta != T(1))
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+  }
+}
+
+// The even split of n items over parts: [begin, end) of part p.
+inline int64_t split_begin(int64_t n, int parts, int p) { return n * p / parts; }
+
+template <class Arch, class T>
+struct GemmDriver {
+  using Tile = MicroTile<Arch, T>;
+  static constexpr int MR = Tile::MR, NR = Tile::NR, NV = Tile::NV, W = Tile::W;
+
+  static const MicroKernelTable<Arch, T, MR, NR, NV>& kernels() {
+    static constexpr MicroKernelTable<Arch, T, MR, NR, NV> table;
+    return table;
+  }
+
+  // The problem after resolving transposes: element (i, k) of op(A) is a[i*a_rs + k*a_cs], element
+  // (k, j) of op(B) is b[j*b_rs + k*b_cs] (B is packed as panels of columns, so its "rows" are j).
+  struct Problem {
+    int64_t M, N, K;
+    T alpha, beta;
+    const T* a;
+    int64_t a_rs, a_cs;
+    const T* b;
+    int64_t b_rs, b_cs;
+    T* c;
+    int64_t ldc;
+  };
+
+  // Threads along M (tm) and along N (tn), tm * tn = nt, minimising the largest share of tiles.
+  static void choose_grid(int64_t m_panels, int64_t n_panels, int nt, int& tm, int& tn) {
+    tm = nt, tn = 1;
+    int64_t best = -1;
+    for (int d = 1; d <= nt; ++d) {
+      if (nt % d) continue;
+      const int64_t work = ceil_div(m_panels, nt / d) * ceil_div(n_panels, d);
+      if (best < 0 || work < best || (work == best && d > tn)) best = work, tn = d, tm = nt / d;
+    }
+  }
+
+  // The loop nest above, for thread `tid` of `nt`. a_buf is shared by the team, sized for one
+  // packed A block.
+  static void run_thread(const Problem& pr, int tid, int nt, T* a_buf) {
+    const Blocking& bk = blocking<Arch, T>();
+    const int64_t M = pr.M, N = pr.N, K = pr.K;
+
+    // Even block sizes: ceil(K / kc) blocks of equal depth rather than kc, kc, ..., remainder.
+    const int64_t nkb = ceil_div(K, bk.kc);
+    const int64_t kc = ceil_div(K, nkb);
+    const int64_t nmb = ceil_div(M, bk.mc);
+    const int64_t mc = round_up(ceil_div(M, nmb), MR);
+    const int64_t b_stride = panel_stride<T>(kc, NR, W);
+
+    const int64_t n_panels = ceil_div(N, NR);
+    int tm, tn;
+    choose_grid(ceil_div(std::min(M, mc), MR), n_panels, nt, tm, tn);
+    const int t_m = tid / tn, t_n = tid % tn;
+    const int64_t n_lo = std::min(N, split_begin(n_panels, tn, t_n) * NR);
+    const int64_t n_hi = std::min(N, split_begin(n_panels, tn, t_n + 1) * NR);
+    const int64_t my_n = n_hi - n_lo;
+    const int64_t nnb = std::max<int64_t>(1, ceil_div(my_n, bk.nc));
+    const int64_t nc = round_up(ceil_div(my_n, nnb), NR);
+    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * b_stride) : nullptr;
+
+    const auto& edge = kernels();
+    for (int64_t i0 = 0; i0 < M; i0 += mc) {
+      const int64_t mb = std::min(mc, M - i0);
+      const int64_t mb_panels = ceil_div(mb, MR);
+      const int64_t mp_lo = split_begin(mb_panels, tm, t_m), mp_hi = split_begin(mb_panels, tm, t_m + 1);
+      for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        const int64_t kb = std::min(kc, K - k0);
+        const T beta = k0 == 0 ? pr.beta : T(1);
+        // Barriers only inside our own team: an orphaned barrier with nt == 1 would bind to an
+        // enclosing region (gemm_batched's parallel loop) and deadlock it.
+        if (nt > 1 && (i0 > 0 || k0 > 0)) {
+#pragma omp barrier
+        }
+        pack_panels<Arch, T, MR>(mb, kb, pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_rs, pr.a_cs, a_buf,
+                                 panel_stride<T>(kb, MR, W), split_begin(mb_panels, nt, tid),
+                                 split_begin(mb_panels, nt, tid + 1));
+        if (nt > 1) {
+#pragma omp barrier
+        }
+        const int64_t as = panel_stride<T>(kb, MR, W), bs = panel_stride<T>(kb, NR, W);
+        for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
+          const int64_t nb = std::min(nc, n_hi - j0);
+          const int64_t nb_panels = ceil_div(nb, NR);
+          pack_panels<Arch, T, NR>(nb, kb, pr.b + j0 * pr.b_rs + k0 * pr.b_cs, pr.b_rs, pr.b_cs, b_buf, bs, 0,
+                                   nb_panels);
+          for (int64_t ip = mp_lo; ip < mp_hi; ++ip) {
+            const T* ap = a_buf + ip * as;
+            const int rows = int(std::min<int64_t>(MR, mb - ip * MR));
+            T* c_row = pr.c + (i0 + ip * MR) * pr.ldc + j0;
+            for (int64_t jp = 0; jp < nb_panels; ++jp) {
+              const int cols = int(std::min<int64_t>(NR, nb - jp * NR));
+              const T* bp = b_buf + jp * bs;
+              T* c = c_row + jp * NR;
+              if (rows == MR && cols == NR)
+                micro_kernel<Arch, T, MR, NR, MR, NV>(kb, ap, bp, c, pr.ldc, pr.alpha, beta, cols);
+              else
+                edge.fn[rows - 1][(cols + W - 1) / W - 1](kb, ap, bp, c, pr.ldc, pr.alpha, beta, cols);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  static int64_t a_buf_elems(int64_t M, int64_t K) {
+    const Blocking& bk = blocking<Arch, T>();
+    const int64_t kc = ceil_div(K, ceil_div(K, bk.kc));
+    const int64_t mc = round_up(ceil_div(M, ceil_div(M, bk.mc)), MR);
+    return ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
+  }
+
+  // One GEMM on up to nt threads.
+  static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == T(0)) {
+      scale_c(M, N, beta, C, ldc);
+      return;
+    }
+    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? ldb : 1, tb ? 1 : ldb, C, ldc};
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
+    // No point in more threads than tiles.
+    nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
+    T* a_buf = scratch<T>(0, a_buf_elems(M, K));
+    if (nt <= 1) {
+      run_thread(pr, 0, 1, a_buf);
+      return;
+    }
+#pragma omp parallel num_threads(nt)
+    run_thread(pr, omp_get_thread_num(), omp_get_num_threads(), a_buf);
+  }
+
+  // Batched: small matrices go one per thread (no barriers, private buffers); large ones, or a
+  // batch too short to balance, go one after another with the team inside each.
+  static void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                           const T* A, int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,
+                           T* C, int64_t ldc, int64_t sc, int nt) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const bool per_matrix_team = batch == 1 || nt == 1 ||
+                                 (flops >= 16 * kMinFlopsPerThread && batch % nt != 0 && batch < 4 * nt);
+    if (per_matrix_team) {
+      for (int64_t i = 0; i < batch; ++i)
+        gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, nt);
+      return;
+    }
+    const int team = int(std::min<int64_t>(nt, batch));
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+  }
+};
+
+}  // namespace tapegrad::kernels::simd::gemm_detail

@@ -1,0 +1,256 @@
+// GEMM tests: the SIMD GEMM (every instruction set this machine has, 1 and 2 threads) against the
+// scalar reference ref::gemm, for float32 and float64.
+//
+// Error bound. Both sides sum K products in float; each result has error at most about
+// K * eps * sum_k |alpha a_ik b_kj| + eps * |beta c_ij| from the true value (plus one rounding for
+// alpha and beta), in different orders, so we accept
+//     |c - c_ref| <= 2 * (K + 2) * eps * (|alpha| * sum_k |a_ik| |b_kj| + |beta| |c_ij|) + tiny,
+// evaluated per element with sum_k |a||b| computed exactly enough by the reference on |A|, |B|.
+// Also checked: C is never read when beta == 0 (C starts as NaN), elements of C past N in each row
+// (ldc > N) are never written, K == 0 gives C = beta * C, and M == 0 or N == 0 leave C alone.
+// Slow cases (1000-sized, every transpose) are tagged [.slow].
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "kernels/ref/ref.hpp"
+
+namespace k = tapegrad::kernels;
+
+namespace {
+
+// Restores the process-wide instruction set and thread count when a test ends (or fails).
+struct KernelStateGuard {
+  k::Isa isa = k::active_isa();
+  int threads = k::num_threads();
+  ~KernelStateGuard() {
+    k::set_isa(isa);
+    k::set_num_threads(threads);
+  }
+};
+
+template <class T>
+std::vector<T> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(dist(rng));
+  return v;
+}
+
+struct Shape {
+  bool ta, tb;
+  int64_t M, N, K;
+  int64_t pad;  // extra elements per row on every leading dimension
+  double alpha, beta;
+};
+
+std::string describe(const Shape& s) {
+  return std::string(s.ta ? "t" : "n") + (s.tb ? "t" : "n") + " M=" + std::to_string(s.M) +
+         " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) + " pad=" + std::to_string(s.pad) +
+         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
+}
+
+// Leading dimensions of a case's stored matrices (row-major, `pad` extra elements per row).
+struct Dims {
+  int64_t a_rows, lda, b_rows, ldb, c_rows, ldc;
+  explicit Dims(const Shape& s)
+      : a_rows(s.ta ? s.K : s.M), lda((s.ta ? s.M : s.K) + s.pad + 1), b_rows(s.tb ? s.N : s.K),
+        ldb((s.tb ? s.K : s.N) + s.pad + 1), c_rows(s.M), ldc(s.N + s.pad) {}
+  size_t a_size() const { return size_t(a_rows * lda); }
+  size_t b_size() const { return size_t(b_rows * ldb); }
+  size_t c_size() const { return size_t(std::max<int64_t>(c_rows * ldc, 1)); }
+};
+
+// C0 for a case: random, or NaN inside the M x N window when beta == 0 (it must not be read).
+template <class T>
+std::vector<T> initial_c(const Shape& s, const Dims& d, uint32_t seed) {
+  std::vector<T> c = random_vector<T>(d.c_size(), seed);
+  if (s.beta == 0)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) c[size_t(i * d.ldc + j)] = std::numeric_limits<T>::quiet_NaN();
+  return c;
+}
+
+// The reference result and the per-element error bound (see the file comment) of one matrix.
+template <class T>
+void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C0, T* ref, T* bound) {
+  std::copy(C0, C0 + d.c_size(), ref);
+  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A, d.lda, B, d.ldb, T(s.beta), ref, d.ldc);
+  std::vector<T> absA(d.a_size()), absB(d.b_size());
+  for (size_t i = 0; i < absA.size(); ++i) absA[i] = std::abs(A[i]);
+  for (size_t i = 0; i < absB.size(); ++i) absB[i] = std::abs(B[i]);
+  std::fill(bound, bound + d.c_size(), T(0));
+  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(1), absA.data(), d.lda, absB.data(), d.ldb, T(0), bound, d.ldc);
+  const double eps = std::numeric_limits<T>::epsilon();
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = 0; j < s.N; ++j) {
+      const size_t ix = size_t(i * d.ldc + j);
+      const double c = s.beta == 0 ? 0.0 : std::abs(double(C0[ix]));
+      bound[ix] = T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c) +
+                    std::numeric_limits<T>::min());
+    }
+}
+
+// Counts elements of C outside their bound, and padding elements (j >= N) that changed.
+template <class T>
+int64_t count_bad(const Shape& s, const Dims& d, const T* C0, const T* ref, const T* bound, const T* C) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = 0; j < d.ldc; ++j) {
+      const size_t ix = size_t(i * d.ldc + j);
+      const bool ok = j >= s.N ? C[ix] == C0[ix]
+                               : std::isfinite(C[ix]) && std::abs(double(C[ix]) - double(ref[ix])) <= double(bound[ix]);
+      if (!ok && bad++ < 3)
+        UNSCOPED_INFO("C[" << i << "," << j << "] = " << C[ix] << ", expected " << (j < s.N ? ref[ix] : C0[ix])
+                           << " within " << (j < s.N ? bound[ix] : T(0)));
+    }
+  return bad;
+}
+
+// One case's operands, reference and bound.
+template <class T>
+struct Problem {
+  Shape s;
+  Dims d;
+  std::vector<T> A, B, C0, ref, bound;
+
+  explicit Problem(const Shape& sh) : s(sh), d(sh) {
+    A = random_vector<T>(d.a_size(), 1);
+    B = random_vector<T>(d.b_size(), 2);
+    C0 = initial_c<T>(s, d, 3);
+    ref.resize(d.c_size());
+    bound.resize(d.c_size());
+    reference<T>(s, d, A.data(), B.data(), C0.data(), ref.data(), bound.data());
+  }
+
+  // Runs the dispatched GEMM on a fresh copy of C; returns the number of bad elements.
+  int64_t check() const {
+    std::vector<T> C = C0;
+    k::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, B.data(), d.ldb, T(s.beta), C.data(), d.ldc);
+    return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
+  }
+};
+
+// Checks one shape on every instruction set and thread count 1 and 2.
+template <class T>
+void check_everywhere(const Shape& s) {
+  KernelStateGuard guard;
+  const Problem<T> p(s);
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(describe(s), k::isa_name(isa), threads);
+      CHECK(p.check() == 0);
+    }
+  }
+}
+
+const std::vector<int64_t> kSizes = {1, 2, 3, 7, 15, 17, 31, 33, 65, 127, 129, 257};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("gemm: square sizes, every transpose, every ISA", "[kernels][gemm]", float, double) {
+  const int64_t n = GENERATE(from_range(kSizes));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  check_everywhere<TestType>({ta, tb, n, n, n, 0, 1.0, 0.0});
+}
+
+TEMPLATE_TEST_CASE("gemm: non-square shapes and leading dimensions", "[kernels][gemm]", float, double) {
+  // M, N, K; pad. Rows chosen around the register tiles (14/6 rows, 32/16/8 columns) and blocks.
+  auto [M, N, K, pad] = GENERATE(table<int64_t, int64_t, int64_t, int64_t>({
+      {1, 1, 1, 3},      {1, 257, 33, 0},   {257, 1, 33, 1},   {33, 17, 1, 0},     {13, 31, 2, 5},
+      {14, 32, 7, 0},    {15, 33, 9, 2},    {28, 64, 16, 0},   {6, 16, 5, 1},      {5, 15, 129, 7},
+      {127, 65, 3, 0},   {3, 129, 127, 1},  {65, 127, 17, 4},  {100, 300, 40, 0},  {300, 40, 100, 3},
+      {40, 50, 1000, 1}, {20, 1000, 300, 0}, {5000, 17, 20, 2}, {257, 129, 65, 0}, {129, 257, 513, 9},
+  }));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  check_everywhere<TestType>({ta, tb, M, N, K, pad, 1.0, 0.0});
+}
+
+TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][gemm]", float, double) {
+  const double alpha = GENERATE(1.0, 0.5, -1.5);
+  const double beta = GENERATE(0.0, 1.0, 0.25);
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{33, 17, 65}, {129, 70, 600}, {7, 3, 1}}));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  check_everywhere<TestType>({ta, tb, M, N, K, 2, alpha, beta});
+}
+
+TEMPLATE_TEST_CASE("gemm: K == 0 scales C by beta; empty M or N leave C alone", "[kernels][gemm]", float, double) {
+  const double beta = GENERATE(0.0, 1.0, 0.25);
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{5, 7, 0}, {40, 33, 0}, {0, 5, 3}, {5, 0, 3}, {0, 0, 0}}));
+  check_everywhere<TestType>({false, false, M, N, K, 1, 1.5, beta});
+  // alpha == 0 is the same as K == 0: A and B are not needed.
+  check_everywhere<TestType>({true, false, M, N, K + 3, 1, 0.0, beta});
+}
+
+TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes", "[kernels][gemm]", float, double) {
+  using T = TestType;
+  // batch, M, N, K, which operand is broadcast with stride 0: 0 none, 1 A, 2 B.
+  auto [batch, M, N, K, broadcast] = GENERATE(table<int64_t, int64_t, int64_t, int64_t, int>({
+      {5, 17, 33, 9, 0},
+      {5, 17, 33, 9, 2},
+      {3, 40, 7, 65, 1},
+      {256, 32, 32, 32, 0},  // attention: (batch x heads) of T x T x head_dim
+      {64, 32, 32, 64, 2},
+      {3, 300, 200, 100, 0},  // large matrices, batch not a multiple of the team
+      {1, 65, 65, 65, 0},
+  }));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  const double beta = GENERATE(0.0, 0.5);
+  const Shape s{ta, tb, M, N, K, 1, 0.75, beta};
+  CAPTURE(describe(s), batch, broadcast);
+  const Dims d(s);
+  const int64_t sa = broadcast == 1 ? 0 : int64_t(d.a_size()), sb = broadcast == 2 ? 0 : int64_t(d.b_size());
+  const int64_t sc = int64_t(d.c_size());
+  const std::vector<T> A = random_vector<T>(broadcast == 1 ? d.a_size() : d.a_size() * size_t(batch), 11);
+  const std::vector<T> B = random_vector<T>(broadcast == 2 ? d.b_size() : d.b_size() * size_t(batch), 12);
+  std::vector<T> C0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto c = initial_c<T>(s, d, uint32_t(13 + b));
+    C0.insert(C0.end(), c.begin(), c.end());
+  }
+  std::vector<T> ref(C0.size()), bound(C0.size());
+  for (int64_t b = 0; b < batch; ++b)
+    reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, ref.data() + b * sc,
+                 bound.data() + b * sc);
+
+  KernelStateGuard guard;
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(k::isa_name(isa), threads);
+      std::vector<T> C = C0;
+      k::gemm_batched<T>(batch, ta, tb, M, N, K, T(s.alpha), A.data(), d.lda, sa, B.data(), d.ldb, sb, T(s.beta),
+                         C.data(), d.ldc, sc);
+      int64_t bad = 0;
+      for (int64_t b = 0; b < batch; ++b)
+        bad += count_bad<T>(s, d, C0.data() + b * sc, ref.data() + b * sc, bound.data() + b * sc, C.data() + b * sc);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("gemm: large shapes", "[kernels][gemm][.slow]", float, double) {
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{1000, 1000, 1000}, {1031, 997, 1013}, {2048, 256, 512}}));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  const Shape s{ta, tb, M, N, K, 3, -1.5, 0.25};
+  KernelStateGuard guard;
+  const Problem<TestType> p(s);
+  for (k::Isa isa : k::available_isas()) {
+    if (isa == k::Isa::scalar) continue;  // that *is* the reference
+    k::set_isa(isa);
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(describe(s), k::isa_name(isa), threads);
+      CHECK(p.check() == 0);
+    }
+  }
+}
