@@ -52,6 +52,7 @@ KernelTable reference_table() {
   t.binary_backward = ref::binary_backward<float>;
   t.sum_to = ref::sum_to<float>;
   t.sum_axis = ref::sum_axis<float>;
+  t.max_axis = ref::max_axis<float>;
   t.sum_squares = ref::sum_squares<float>;
   t.softmax = ref::softmax<float>;
   t.softmax_backward = ref::softmax_backward<float>;
@@ -79,6 +80,7 @@ KernelTable complete(KernelTable t, const KernelTable& fallback) {
   TG_FILL(binary_backward);
   TG_FILL(sum_to);
   TG_FILL(sum_axis);
+  TG_FILL(max_axis);
   TG_FILL(sum_squares);
   TG_FILL(softmax);
   TG_FILL(softmax_backward);
@@ -275,6 +277,11 @@ void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* xs,
   ref::copy_strided<T>(ndim, shape, x, xs, y);
 }
 template <class T>
+void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cs, const T* a, const int64_t* as,
+           const T* b, const int64_t* bs, T* y) {
+  ref::where<T>(ndim, shape, cond, cs, a, as, b, bs, y);
+}
+template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
   ref::add_strided<T>(ndim, shape, dy, dx, dxs);
 }
@@ -284,7 +291,7 @@ template <class T>
 void sum_axis(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) { TG_ROUTE(sum_axis, outer, n, inner, x, y) }
 template <class T>
 void max_axis(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, int64_t* argmax) {
-  ref::max_axis<T>(outer, n, inner, x, y, argmax);
+  TG_ROUTE(max_axis, outer, n, inner, x, y, argmax)
 }
 template <class T>
 T sum_all(int64_t n, const T* x) { return ref::sum_all<T>(n, x); }
@@ -364,6 +371,8 @@ double uniform_at(uint64_t seed, uint64_t counter) {
   template void sum_to<T>(int, const int64_t*, const T*, const int64_t*, T*);                                    \
   template void copy_strided<T>(int, const int64_t*, const T*, const int64_t*, T*);                              \
   template void add_strided<T>(int, const int64_t*, const T*, T*, const int64_t*);                               \
+  template void where<T>(int, const int64_t*, const T*, const int64_t*, const T*, const int64_t*, const T*,      \
+                         const int64_t*, T*);                                                                    \
   template void fill<T>(int64_t, T, T*);                                                                         \
   template void sum_axis<T>(int64_t, int64_t, int64_t, const T*, T*);                                            \
   template void max_axis<T>(int64_t, int64_t, int64_t, const T*, T*, int64_t*);                                  \
@@ -385,5 +394,6 @@ double uniform_at(uint64_t seed, uint64_t counter) {
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)
 #undef TG_INSTANTIATE
+template void copy_strided<int32_t>(int, const int64_t*, const int32_t*, const int64_t*, int32_t*);
 
 }  // namespace tapegrad::kernels

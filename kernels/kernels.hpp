@@ -100,6 +100,11 @@ void sum_to(int ndim, const int64_t* shape, const T* x, const int64_t* out_strid
 // Strided copy of an nd array into a contiguous buffer (contiguous(), permute, slices).
 template <class T>
 void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* x_strides, T* y);
+// y = cond != 0 ? a : b over the index space `shape`, all three strided (0 on broadcast dims); y contiguous.
+template <class T>
+void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cond_strides, const T* a,
+           const int64_t* a_strides, const T* b, const int64_t* b_strides, T* y);
+
 // The adjoint of copy_strided: x_grad (strided) += y_grad (contiguous).
 template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dx_strides);

@@ -29,6 +29,7 @@ struct KernelTable {
                           const int64_t*, const float*, float*) = nullptr;
   void (*sum_to)(int, const int64_t*, const float*, const int64_t*, float*) = nullptr;
   void (*sum_axis)(int64_t, int64_t, int64_t, const float*, float*) = nullptr;
+  void (*max_axis)(int64_t, int64_t, int64_t, const float*, float*, int64_t*) = nullptr;
   float (*sum_squares)(int64_t, const float*) = nullptr;
   void (*softmax)(int64_t, int64_t, const float*, float*, const SoftmaxOptions&) = nullptr;
   void (*softmax_backward)(int64_t, int64_t, const float*, const float*, float*, double) = nullptr;

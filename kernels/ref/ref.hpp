@@ -180,6 +180,25 @@ void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* xs,
 }
 
 template <class T>
+void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cs, const T* a, const int64_t* as,
+           const T* b, const int64_t* bs, T* y) {
+  // Visit (a, b) offsets with the shared walker, and cond's offset with a second one in lockstep.
+  int64_t idx[8] = {0};
+  int64_t oc = 0;
+  for_each_index2(ndim, shape, as, bs, [&](int64_t i, int64_t oa, int64_t ob) {
+    y[i] = cond[oc] != T(0) ? a[oa] : b[ob];
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        oc += cs[d];
+        break;
+      }
+      oc -= cs[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  });
+}
+
+template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
   for_each_index2(ndim, shape, dxs, dxs, [&](int64_t i, int64_t o, int64_t) { dx[o] += dy[i]; });
 }

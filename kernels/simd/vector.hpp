@@ -33,6 +33,7 @@ void install_vector_kernels(KernelTable& t) {
   t.binary_backward = binary_backward_f32<Arch>;
   t.sum_to = sum_to_f32<Arch>;
   t.sum_axis = sum_axis_f32<Arch>;
+  t.max_axis = max_axis_f32<Arch>;
   t.sum_squares = sum_squares_f32<Arch>;
   t.softmax = softmax_f32<Arch>;
   t.softmax_backward = softmax_backward_f32<Arch>;

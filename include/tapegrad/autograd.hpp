@@ -1,0 +1,136 @@
+// The tape: reverse-mode autodiff as a Wengert list.
+//
+// Every differentiable op, when some input requires grad and recording is on, appends one entry to
+// the current (thread-local) tape: the op's kind, its inputs, its output and a backward closure that
+// captures only what the derivative needs. backward(loss) seeds d(loss) = 1 and walks the entries in
+// reverse; each closure reads its output's gradient and *accumulates* into its inputs' gradients, so
+// a tensor used twice gets both contributions. The walk is a loop, not recursion, so a 10,000-op
+// chain is fine. Afterwards the tape is cleared (activations freed) unless retain_graph is set;
+// backward over a tensor whose tape was cleared is an error, never a silent double count.
+// Leaves (parameters) keep .grad across backward calls until zero_grad; intermediate gradients are
+// freed as soon as their entry has run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tapegrad/tensor.hpp"
+
+namespace tapegrad {
+
+// Every differentiable op. Adding one here forces op_name() (a compile-time count check) and the
+// gradcheck registry (a test asserts every kind has a row) to follow.
+enum class OpKind : uint8_t {
+  add, sub, mul, div, pow, neg, add_scalar, mul_scalar, pow_scalar,
+  exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_exact,
+  matmul, linear, permute, reshape, contiguous, concat, narrow,
+  sum_axis, sum_all, max_axis,
+  softmax, log_softmax, layer_norm, embedding, cross_entropy, dropout, where,
+  count_
+};
+inline constexpr int kOpCount = static_cast<int>(OpKind::count_);
+const char* op_name(OpKind op);
+
+struct TapeEntry {
+  OpKind op;
+  std::vector<Tensor> inputs;
+  Tensor output;
+  // Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
+  std::function<void(const Tensor& grad_output)> backward;
+};
+
+class Tape {
+ public:
+  void push(TapeEntry entry) { entries_.push_back(std::move(entry)); }
+  const std::vector<TapeEntry>& entries() const { return entries_; }
+  std::vector<TapeEntry>& entries() { return entries_; }
+  size_t size() const { return entries_.size(); }
+  // Bumped on every clear, so tensors recorded before can tell their history is gone.
+  int64_t generation() const { return generation_; }
+  void clear();
+  // One line per entry: index, op, input descriptions (names or dtype+shape), output shape.
+  std::string dump() const;
+
+ private:
+  std::vector<TapeEntry> entries_;
+  int64_t generation_ = 0;
+};
+
+// The calling thread's current tape.
+Tape& current_tape();
+
+// Makes `tape` the current tape for this scope.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
+
+// Switches recording off for this scope (evaluation, optimizer updates, inside backward).
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool grad_enabled();
+
+// Reverse pass from `output`. A non-scalar output needs `grad_output` of the same shape.
+void backward(const Tensor& output, const Tensor& grad_output = {}, bool retain_graph = false);
+
+// ---- for op implementers (src/ops) -----------------------------------------------------------
+
+// True when recording is on and some defined input requires grad.
+bool should_record(std::initializer_list<const Tensor*> inputs);
+bool should_record(const std::vector<Tensor>& inputs);
+// Marks `output` as produced by `op` and appends the entry to the current tape.
+void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
+            std::function<void(const Tensor&)> backward);
+// t.grad += g (g has t's shape). Adopts g without copying when nothing else holds it.
+void accumulate_grad(const Tensor& t, Tensor g);
+// t's gradient buffer, created if needed. `fresh` is set when it was just created and holds
+// uninitialised memory the caller must overwrite rather than add to (lets GEMM use beta = 0).
+Tensor grad_buffer(const Tensor& t, bool* fresh);
+
+// ---- gradient checking --------------------------------------------------------------------------
+
+// One place for the finite-difference settings (PyTorch-like).
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-3;
+  uint64_t seed = 1234;  // for the fixed random weights that reduce the output to a scalar
+};
+
+struct GradcheckResult {
+  bool ok = false;
+  std::string message;   // the worst element: op, input, index, analytic, numeric (or the failure)
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  int worst_input = -1;
+  int64_t worst_index = -1;
+  double analytic = 0, numeric = 0;
+  std::vector<OpKind> ops_seen;  // distinct ops recorded while running fn
+};
+
+// Compares the analytic gradient of every floating input that requires grad (they must be float64)
+// with central differences of L = sum(fn(inputs) * W), W fixed random weights, so errors cannot cancel.
+// An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Refuses to pass vacuously:
+// all-zero gradients everywhere fail.
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {},
+                          const std::string& label = "");
+
+}  // namespace tapegrad

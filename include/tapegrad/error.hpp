@@ -1,0 +1,47 @@
+// tapegrad's exceptions. Thrown at the public boundary only, with a message that names the op (or
+// file), the rule broken and every shape (or position) involved, e.g.
+//   matmul: inner dimensions differ: a=[2,3] b=[4,5]
+// The library never exits; tools/ turns these into one line on stderr and exit code 2.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tapegrad {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Incompatible shapes, bad axes, wrong ranks.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An index (token id, target, slice bound) outside its valid range.
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Mixed or unsupported dtypes.
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Misuse of the tape: backward twice over a freed tape, non-scalar backward without a seed, ...
+class AutogradError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Reading or writing files: checkpoints, TSV data. The message names the path and the position.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tapegrad

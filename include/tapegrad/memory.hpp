@@ -1,0 +1,27 @@
+// The caching allocator behind every tensor's storage.
+//
+// Blocks are 64-byte aligned and rounded up to size classes (four per power of two, so at most 25%
+// waste). A freed block goes onto its class's free list and is handed out again; the OS is asked for
+// memory only when a list is empty. After the first training step a steady-state step therefore maps
+// no new pages (a first touch of a fresh page costs ~12 us on the VMs we run on). Thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace tapegrad::memory {
+
+struct Stats {
+  int64_t bytes_in_use = 0;     // handed out and not yet returned
+  int64_t bytes_cached = 0;     // on free lists
+  int64_t os_allocations = 0;   // blocks ever requested from the OS
+  int64_t cache_hits = 0;       // allocations served from a free list
+};
+
+// Returns a block of at least `bytes` (>= 1) and writes its capacity (the size class).
+void* allocate(int64_t bytes, int64_t* capacity);
+void release(void* ptr, int64_t capacity);
+Stats stats();
+// Gives every cached block back to the OS.
+void empty_cache();
+
+}  // namespace tapegrad::memory

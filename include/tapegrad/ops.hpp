@@ -1,0 +1,102 @@
+// Differentiable functions. Each checks its inputs (throwing an Error that names the op and every
+// shape), allocates its output, calls a kernel, and records a tape entry when some input requires
+// grad. float32 and float64 are both supported by every op; mixing them is an error.
+// Shapes: B batch, T time, C channels/features, H heads, V vocabulary.
+#pragma once
+
+#include <vector>
+
+#include "tapegrad/tensor.hpp"
+
+namespace tapegrad {
+
+// ---- elementwise, numpy broadcasting ------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);  // a > 0 where b is differentiated
+// scalar variants
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor pow(const Tensor& a, double p);
+Tensor neg(const Tensor& a);
+
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+enum class GeluApprox { tanh, exact };
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::tanh);
+
+// y = where(mask != 0, value, x); mask (any dtype) broadcasts to x.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// y = cond != 0 ? a : b, all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(const Tensor& a, double s);
+
+// ---- linear algebra -----------------------------------------------------------------------------
+// a [.., M, K] @ b [.., K, N] -> [.., M, N]; 1-D b is a vector; leading dims broadcast.
+// Transposed views of the last two dims are passed to GEMM as transposes, not copied.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x [.., in] @ weight[out, in]^T + bias[out] -> [.., out] (bias may be undefined). One GEMM.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// ---- shape ---------------------------------------------------------------------------------------
+Tensor reshape(const Tensor& a, const Shape& shape);  // one dimension may be -1
+Tensor transpose(const Tensor& a, int dim0, int dim1);
+Tensor permute(const Tensor& a, const std::vector<int>& dims);
+Tensor contiguous(const Tensor& a);
+Tensor concat(const std::vector<Tensor>& xs, int axis);
+Tensor stack(const std::vector<Tensor>& xs, int axis);
+// Elements [start, start + length) along axis (a view; recorded).
+Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length);
+
+// ---- reductions ----------------------------------------------------------------------------------
+Tensor sum(const Tensor& a);
+Tensor sum(const Tensor& a, int axis, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, int axis, bool keepdim = false);
+Tensor max(const Tensor& a);  // gradient flows to the first maximum
+Tensor max(const Tensor& a, int axis, bool keepdim = false);
+
+// ---- softmax family ------------------------------------------------------------------------------
+struct SoftmaxSpec {
+  double scale = 1.0;  // applied to x before the mask
+  Tensor mask;         // additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing
+                       // dims match x's and whose leading dims are 1 or match (e.g. [B,1,1,Tk])
+  bool causal = false; // mask key j > query i (decoder self-attention)
+};
+// softmax(scale * x + mask) over the last axis.
+Tensor softmax(const Tensor& x, const SoftmaxSpec& spec = {});
+Tensor log_softmax(const Tensor& x);
+
+// ---- normalisation, indexing, losses, regularisation -----------------------------------------------
+// Over the last axis; weight and bias [C] may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// table [V, C], ids int32 [...] -> [..., C]
+Tensor embedding(const Tensor& table, const Tensor& ids);
+// logits [N, V] (or [B, T, V]), targets int32 [N] (or [B, T]) -> scalar mean over non-ignored targets.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100,
+                     double label_smoothing = 0.0);
+// Zeroes each element with probability p and scales the rest by 1/(1-p); identity if !training.
+// The mask is a function of (seed, element index), so results do not depend on thread count.
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+}  // namespace tapegrad

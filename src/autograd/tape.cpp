@@ -1,0 +1,149 @@
+// The tape, recording, gradient accumulation and the reverse walk (see autograd.hpp).
+#include <array>
+#include <sstream>
+
+#include "internal.hpp"
+#include "kernels/kernels.hpp"
+#include "tapegrad/autograd.hpp"
+
+namespace tapegrad {
+
+namespace {
+constexpr std::array<const char*, kOpCount> kOpNames = {
+    "add", "sub", "mul", "div", "pow", "neg", "add_scalar", "mul_scalar", "pow_scalar",
+    "exp", "log", "sqrt", "abs", "tanh", "sigmoid", "relu", "gelu_tanh", "gelu_exact",
+    "matmul", "linear", "permute", "reshape", "contiguous", "concat", "narrow",
+    "sum_axis", "sum_all", "max_axis",
+    "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout", "where",
+};
+// Fails to compile if an OpKind was added without its name (the array would have an empty slot).
+constexpr bool all_named() {
+  for (const char* n : kOpNames)
+    if (n == nullptr) return false;
+  return true;
+}
+static_assert(all_named(), "every OpKind needs a name in kOpNames");
+
+thread_local Tape t_default_tape;
+thread_local Tape* t_current_tape = &t_default_tape;
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+const char* op_name(OpKind op) { return kOpNames[size_t(op)]; }
+
+void Tape::clear() {
+  entries_.clear();
+  ++generation_;
+}
+
+std::string Tape::dump() const {
+  std::ostringstream os;
+  auto describe = [](const Tensor& t) {
+    const std::string& name = t.impl()->name;
+    return name.empty() ? t.describe() : name + ":" + t.describe();
+  };
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const TapeEntry& e = entries_[i];
+    os << "#" << i << " " << op_name(e.op) << "(";
+    for (size_t j = 0; j < e.inputs.size(); ++j) os << (j ? ", " : "") << describe(e.inputs[j]);
+    os << ") -> " << e.output.describe() << "\n";
+  }
+  return os.str();
+}
+
+Tape& current_tape() { return *t_current_tape; }
+
+TapeScope::TapeScope(Tape& tape) : previous_(t_current_tape) { t_current_tape = &tape; }
+TapeScope::~TapeScope() { t_current_tape = previous_; }
+
+NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+bool grad_enabled() { return t_grad_enabled; }
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::function<void(const Tensor&)> backward) {
+  Tape& tape = current_tape();
+  for (const Tensor& in : inputs) {
+    if (in.defined() && in.requires_grad() && !in.is_leaf() && in.impl()->tape_generation != tape.generation())
+      throw AutogradError(std::string(op_name(op)) + ": input " + in.describe() +
+                          " was produced on a tape that has since been freed (by backward); recompute it, or "
+                          "pass retain_graph=true to the earlier backward");
+  }
+  output.impl()->requires_grad = true;
+  output.impl()->tape_generation = tape.generation();
+  tape.push(TapeEntry{op, std::move(inputs), output, std::move(backward)});
+}
+
+void accumulate_grad(const Tensor& t, Tensor g) {
+  TensorImpl& ti = *t.impl();
+  if (g.shape() != ti.shape)
+    throw AutogradError("backward: gradient shape " + to_string(g.shape()) + " does not match tensor " + t.describe());
+  if (!ti.grad.defined()) {
+    // Adopt g when it is a contiguous buffer no one else holds; otherwise copy.
+    if (g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 &&
+        g.impl()->offset == 0 && !g.requires_grad()) {
+      ti.grad = std::move(g);
+    } else {
+      ti.grad = g.clone();
+    }
+    return;
+  }
+  detail::visit_float(ti.dtype, "backward", [&](auto z) {
+    using T = decltype(z);
+    const Tensor gc = g.is_contiguous() ? g : g.clone();
+    kernels::affine<T>(gc.numel(), gc.template data<T>(), T(1), T(0), ti.grad.template data<T>(), true);
+  });
+}
+
+Tensor grad_buffer(const Tensor& t, bool* fresh) {
+  TensorImpl& ti = *t.impl();
+  *fresh = !ti.grad.defined();
+  if (*fresh) ti.grad = Tensor::empty(ti.shape, ti.dtype);
+  return ti.grad;
+}
+
+void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
+  if (!output.defined()) throw AutogradError("backward: output is undefined");
+  if (!output.requires_grad())
+    throw AutogradError("backward: output " + output.describe() + " does not require grad (no input of its ops did)");
+  Tape& tape = current_tape();
+  if (!output.is_leaf() && output.impl()->tape_generation != tape.generation())
+    throw AutogradError("backward: the tape holding the history of " + output.describe() +
+                        " was already freed by an earlier backward; pass retain_graph=true to that call to go twice");
+  if (grad_output.defined()) {
+    if (grad_output.shape() != output.shape() || grad_output.dtype() != output.dtype())
+      throw AutogradError("backward: grad_output " + grad_output.describe() + " does not match output " + output.describe());
+  } else if (output.numel() != 1) {
+    throw AutogradError("backward: output " + output.describe() +
+                        " is not a scalar; pass a grad_output of the same shape");
+  }
+
+  NoGrad no_grad;
+  accumulate_grad(output, grad_output.defined() ? grad_output.clone() : Tensor::ones(output.shape(), output.dtype()));
+  auto& entries = tape.entries();
+  for (size_t i = entries.size(); i-- > 0;) {
+    TapeEntry& e = entries[i];
+    TensorImpl& out = *e.output.impl();
+    if (!out.grad.defined()) continue;  // not on a path to `output`
+    const Tensor dy = out.grad;
+    if (!out.retains_grad) out.grad = Tensor();  // intermediate gradients die as soon as they are used
+    e.backward(dy);
+  }
+  if (!retain_graph) tape.clear();
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,31 @@
+// Helpers shared by the library's implementation files (not part of the public API).
+#pragma once
+
+#include <string>
+
+#include "tapegrad/tensor.hpp"
+
+namespace tapegrad::detail {
+
+// Calls f(T{}) with T = float or double for a floating dtype; throws DTypeError naming `op` otherwise.
+template <class F>
+decltype(auto) visit_float(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    default: throw DTypeError(std::string(op) + ": expected a float32 or float64 tensor, got " + dtype_name(d));
+  }
+}
+
+// Calls f(T{}) with T = float, double or int32_t.
+template <class F>
+decltype(auto) visit_any(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(int32_t{});
+  }
+  return f(float{});
+}
+
+}  // namespace tapegrad::detail

@@ -1,0 +1,204 @@
+// Elementwise ops: broadcasting binary arithmetic, scalar variants, unary functions, where.
+// Derived ops (masked_fill, the operators with a scalar on the left) compose these and need no
+// backward of their own.
+#include "op_util.hpp"
+
+namespace tapegrad {
+
+using detail::accumulate_broadcast_grad;
+using detail::broadcast_strides;
+using detail::check_float;
+using detail::check_same_float;
+using detail::contiguous_data;
+using detail::visit_float;
+
+namespace {
+
+// y = a (op) b with numpy broadcasting; shapes: a, b broadcast to y.
+Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor& b) {
+  const char* name = op_name(kind);
+  check_same_float(a, b, name);
+  const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor y = Tensor::empty(out_shape, a.dtype());
+  const Shape sa = broadcast_strides(a, out_shape), sb = broadcast_strides(b, out_shape);
+  visit_float(a.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    kernels::binary<T>(kop, out_shape.ndim(), out_shape.data(), a.data<T>(), sa.data(), b.data<T>(), sb.data(),
+                       y.data<T>());
+  });
+  if (should_record({&a, &b})) {
+    record(kind, {a, b}, y, [a, b, kop, sa, sb](const Tensor& dy) {
+      // add: da = dy, db = dy;  sub: db = -dy;  mul: da = dy*b, db = dy*a;  div: da = dy/b, db = -dy*a/b^2;
+      // pow: da = dy * b * a^(b-1), db = dy * a^b * log(a)   (then summed over broadcast dims)
+      const Tensor* inputs[2] = {&a, &b};
+      for (int which = 0; which < 2; ++which) {
+        const Tensor& x = *inputs[which];
+        if (!x.requires_grad()) continue;
+        if (kop == kernels::Binary::add || (kop == kernels::Binary::sub && which == 0)) {
+          accumulate_broadcast_grad(x, dy);
+          continue;
+        }
+        Tensor g = Tensor::empty(dy.shape(), dy.dtype());
+        visit_float(dy.dtype(), "backward", [&](auto z) {
+          using T = decltype(z);
+          kernels::binary_backward<T>(kop, which, dy.ndim(), dy.shape().data(), a.data<T>(), sa.data(),
+                                      b.data<T>(), sb.data(), dy.data<T>(), g.data<T>());
+        });
+        accumulate_broadcast_grad(x, std::move(g));
+      }
+    });
+  }
+  return y;
+}
+
+// y = f(a) elementwise.
+Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
+  const char* name = op_name(kind);
+  check_float(a, name);
+  const Tensor x = contiguous_data(a);
+  Tensor y = Tensor::empty(a.shape(), a.dtype());
+  visit_float(a.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    kernels::unary<T>(kop, x.numel(), x.data<T>(), y.data<T>());
+  });
+  if (should_record({&a})) {
+    record(kind, {a}, y, [a, x, y, kop](const Tensor& dy) {
+      // da += dy * f'(x)  (the derivative table is in kernels/ref/ref.hpp: unary_derivative)
+      Tensor da = detail::accumulation_buffer(a);
+      visit_float(a.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>());
+      });
+    });
+  }
+  return y;
+}
+
+// y = a * scale + shift
+Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
+  const char* name = op_name(kind);
+  check_float(a, name);
+  const Tensor x = contiguous_data(a);
+  Tensor y = Tensor::empty(a.shape(), a.dtype());
+  visit_float(a.dtype(), name, [&](auto z) {
+    using T = decltype(z);
+    kernels::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>(), false);
+  });
+  if (should_record({&a})) {
+    record(kind, {a}, y, [a, scale](const Tensor& dy) {
+      // da += scale * dy
+      Tensor da = detail::accumulation_buffer(a);
+      visit_float(a.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), true);
+      });
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpKind::add, kernels::Binary::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpKind::sub, kernels::Binary::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpKind::mul, kernels::Binary::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpKind::div, kernels::Binary::div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpKind::pow, kernels::Binary::pow, a, b); }
+
+Tensor add(const Tensor& a, double s) { return affine_op(OpKind::add_scalar, a, 1.0, s); }
+Tensor mul(const Tensor& a, double s) { return affine_op(OpKind::mul_scalar, a, s, 0.0); }
+
+Tensor pow(const Tensor& a, double p) {
+  check_float(a, "pow_scalar");
+  const Tensor x = contiguous_data(a);
+  Tensor y = Tensor::empty(a.shape(), a.dtype());
+  visit_float(a.dtype(), "pow_scalar", [&](auto z) {
+    using T = decltype(z);
+    kernels::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>());
+  });
+  if (should_record({&a})) {
+    record(OpKind::pow_scalar, {a}, y, [a, x, p](const Tensor& dy) {
+      // da += dy * p * x^(p-1)
+      Tensor da = detail::accumulation_buffer(a);
+      visit_float(a.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), dy.data<T>(), da.data<T>());
+      });
+    });
+  }
+  return y;
+}
+
+Tensor neg(const Tensor& a) { return unary_op(OpKind::neg, kernels::Unary::neg, a); }
+Tensor exp(const Tensor& a) { return unary_op(OpKind::exp, kernels::Unary::exp, a); }
+Tensor log(const Tensor& a) { return unary_op(OpKind::log, kernels::Unary::log, a); }
+Tensor sqrt(const Tensor& a) { return unary_op(OpKind::sqrt, kernels::Unary::sqrt, a); }
+Tensor abs(const Tensor& a) { return unary_op(OpKind::abs, kernels::Unary::abs, a); }
+Tensor tanh(const Tensor& a) { return unary_op(OpKind::tanh, kernels::Unary::tanh, a); }
+Tensor sigmoid(const Tensor& a) { return unary_op(OpKind::sigmoid, kernels::Unary::sigmoid, a); }
+Tensor relu(const Tensor& a) { return unary_op(OpKind::relu, kernels::Unary::relu, a); }
+Tensor gelu(const Tensor& a, GeluApprox approx) {
+  return approx == GeluApprox::tanh ? unary_op(OpKind::gelu_tanh, kernels::Unary::gelu_tanh, a)
+                                    : unary_op(OpKind::gelu_exact, kernels::Unary::gelu_erf, a);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_float(a, b, "where");
+  detail::check_defined(cond, "where", "condition");
+  const Shape out_shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Tensor c = cond.dtype() == a.dtype() ? cond : cond.to(a.dtype());
+  const Shape sc = broadcast_strides(c, out_shape), sa = broadcast_strides(a, out_shape),
+              sb = broadcast_strides(b, out_shape);
+  Tensor y = Tensor::empty(out_shape, a.dtype());
+  visit_float(a.dtype(), "where", [&](auto z) {
+    using T = decltype(z);
+    kernels::where<T>(out_shape.ndim(), out_shape.data(), c.data<T>(), sc.data(), a.data<T>(), sa.data(),
+                      b.data<T>(), sb.data(), y.data<T>());
+  });
+  if (should_record({&a, &b})) {
+    record(OpKind::where, {a, b}, y, [a, b, c, sc](const Tensor& dy) {
+      // da = dy where cond, else 0;  db = dy where !cond, else 0  (then summed over broadcast dims)
+      visit_float(dy.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        const T zero = 0;
+        const Shape zs = Shape(std::vector<int64_t>(size_t(dy.ndim()), 0));
+        const Shape ds = dy.strides();
+        for (int which = 0; which < 2; ++which) {
+          const Tensor& x = which == 0 ? a : b;
+          if (!x.requires_grad()) continue;
+          Tensor g = Tensor::empty(dy.shape(), dy.dtype());
+          kernels::where<T>(dy.ndim(), dy.shape().data(), c.data<T>(), sc.data(), which == 0 ? dy.data<T>() : &zero,
+                            which == 0 ? ds.data() : zs.data(), which == 0 ? &zero : dy.data<T>(),
+                            which == 0 ? zs.data() : ds.data(), g.data<T>());
+          accumulate_broadcast_grad(x, std::move(g));
+        }
+      });
+    });
+  }
+  return y;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  check_float(x, "masked_fill");
+  detail::check_defined(mask, "masked_fill", "mask");
+  const Shape out = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  if (out != x.shape())
+    throw ShapeError("masked_fill: mask must broadcast to the input: x=" + to_string(x.shape()) +
+                     " mask=" + to_string(mask.shape()));
+  return where(mask, Tensor::full({}, value, x.dtype()), x);
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+Tensor operator-(double s, const Tensor& a) { return add(neg(a), s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+
+}  // namespace tapegrad

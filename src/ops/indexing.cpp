@@ -1,0 +1,79 @@
+// Embedding lookup (gather rows of a table by id) and dropout (a seeded random mask).
+#include <memory>
+
+#include "op_util.hpp"
+
+namespace tapegrad {
+
+using detail::visit_float;
+
+// table [V, C], ids int32 [...] -> [..., C]
+Tensor embedding(const Tensor& table, const Tensor& ids) {
+  detail::check_float(table, "embedding");
+  detail::check_defined(ids, "embedding", "ids");
+  if (table.ndim() != 2)
+    throw ShapeError("embedding: table must be [V, C], got table=" + to_string(table.shape()) +
+                     " ids=" + to_string(ids.shape()));
+  if (ids.dtype() != DType::i32) throw DTypeError("embedding: ids must be int32, got " + ids.describe());
+  const Tensor tc = detail::contiguous_data(table);
+  const Tensor ic = detail::contiguous_data(ids);
+  const int64_t V = table.size(0), C = table.size(1), n = ids.numel();
+  const int32_t* id = ic.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] < 0 || id[i] >= V)
+      throw IndexError("embedding: id " + std::to_string(id[i]) + " at position " + std::to_string(i) +
+                       " is outside [0, " + std::to_string(V) + ") for table=" + to_string(table.shape()) +
+                       " ids=" + to_string(ids.shape()));
+  Shape s = ids.shape();
+  s.push_back(C);
+  Tensor y = Tensor::empty(s, table.dtype());
+  visit_float(table.dtype(), "embedding", [&](auto z) {
+    using T = decltype(z);
+    kernels::embedding<T>(n, C, tc.data<T>(), id, y.data<T>());
+  });
+  if (should_record({&table})) {
+    record(OpKind::embedding, {table}, y, [table, ic, n, C](const Tensor& dy) {
+      // dtable[ids[i]] += dy[i]  (repeated ids accumulate)
+      Tensor dt = detail::accumulation_buffer(table);
+      visit_float(table.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::embedding_backward<T>(n, C, ic.data<int32_t>(), dy.data<T>(), dt.data<T>());
+      });
+    });
+  }
+  return y;
+}
+
+Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
+  detail::check_float(x_in, "dropout");
+  if (!(p >= 0 && p < 1)) throw Error("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0) return x_in;
+  const Tensor x = detail::contiguous_data(x_in);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  auto mask = std::make_shared<std::vector<uint8_t>>(size_t(x.numel()));
+  visit_float(x.dtype(), "dropout", [&](auto z) {
+    using T = decltype(z);
+    kernels::dropout<T>(x.numel(), x.data<T>(), p, seed, y.data<T>(), mask->data());
+  });
+  if (should_record({&x_in})) {
+    record(OpKind::dropout, {x_in}, y, [x_in, mask, p](const Tensor& dy) {
+      // dx = dy * mask / (1 - p)
+      Tensor dx = detail::accumulation_buffer(x_in);
+      visit_float(dy.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        const T keep = T(1.0 / (1.0 - p));
+        const T* g = dy.data<T>();
+        T* d = dx.data<T>();
+        for (int64_t i = 0, n = dy.numel(); i < n; ++i) d[i] += (*mask)[size_t(i)] ? g[i] * keep : T(0);
+      });
+    });
+  }
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  if (!training || p == 0) return dropout(x, p, training, uint64_t(0));
+  return dropout(x, p, training, gen.next_u64());
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,284 @@
+// matmul (2-D and batched with broadcasting over leading dims) and linear (x W^T + b, one GEMM).
+//
+// Operands whose last two dims are a transposed view are handed to GEMM as transposes rather than
+// copied; batch dims that are laid out uniformly collapse into one strided batched GEMM; a weight
+// shared by every batch row folds the batch into M, so [B,T,C] @ [C,N] is a single GEMM.
+#include <numeric>
+
+#include "op_util.hpp"
+
+namespace tapegrad {
+
+using detail::visit_float;
+
+namespace {
+
+// A stack of matrices as GEMM sees it: the last two dims of a tensor, possibly transposed, with
+// per-batch-dim strides aligned to some loop batch shape (0 where broadcast).
+struct MatrixOperand {
+  Tensor t;            // keeps the data alive; may be a view
+  bool trans = false;  // stored column-major: rows are strided by 1
+  int64_t ld = 0;
+  int64_t rows = 0, cols = 0;  // logical, after the transpose
+};
+
+// Describes the last two dims of `t` for GEMM, copying only when neither layout is usable.
+MatrixOperand as_matrix(const Tensor& t) {
+  const int n = t.ndim();
+  const int64_t r = t.shape()[n - 2], c = t.shape()[n - 1];
+  const int64_t sr = t.strides()[n - 2], sc = t.strides()[n - 1];
+  if ((sc == 1 || c == 1) && sr >= c) return {t, false, r == 1 ? std::max<int64_t>(c, 1) : sr, r, c};
+  if ((sr == 1 || r == 1) && sc >= r) return {t, true, c == 1 ? std::max<int64_t>(r, 1) : sc, r, c};
+  const Tensor cc = t.clone();
+  return {cc, false, std::max<int64_t>(c, 1), r, c};
+}
+
+// Strides of t's batch dims (all but the last two) read in the loop batch shape `batch`.
+Shape batch_strides(const Tensor& t, const Shape& batch) {
+  Shape s = batch;
+  const int tb = t.ndim() - 2, off = batch.ndim() - tb;
+  for (int i = 0; i < batch.ndim(); ++i) {
+    const int j = i - off;
+    s[i] = (j < 0 || t.shape()[j] == 1) ? 0 : t.strides()[j];
+  }
+  return s;
+}
+
+// C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for every index b of `batch`, with C strided by
+// `c_strides` (0 on dims being summed over, in which case beta must be 1 and C pre-initialised).
+template <class T>
+void gemm_over_batch(const Shape& batch, const MatrixOperand& A, const MatrixOperand& B, T* C, int64_t ldc,
+                     const Shape& c_strides, T beta) {
+  const int64_t M = A.rows, K = A.cols, N = B.cols;
+  Shape sa = batch_strides(A.t, batch), sb = batch_strides(B.t, batch), sc = c_strides;
+  Shape dims = batch;
+  // Merge adjacent batch dims whose strides line up for all three operands (e.g. [B,H] -> [B*H]).
+  for (int i = dims.ndim() - 2; i >= 0; --i) {
+    const int64_t n1 = dims[i + 1];
+    if (sa[i] == sa[i + 1] * n1 && sb[i] == sb[i + 1] * n1 && sc[i] == sc[i + 1] * n1) {
+      dims[i] *= n1;
+      dims.erase(i + 1), sa.erase(i + 1), sb.erase(i + 1), sc.erase(i + 1);
+    }
+  }
+  const T* a0 = A.t.data<T>();
+  const T* b0 = B.t.data<T>();
+  if (dims.ndim() == 0) {
+    kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0, A.ld, b0, B.ld, beta, C, ldc);
+    return;
+  }
+  const int last = dims.ndim() - 1;
+  int64_t outer = 1;
+  for (int i = 0; i < last; ++i) outer *= dims[i];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t oa = 0, ob = 0, oc = 0, rem = o;
+    for (int i = last - 1; i >= 0; --i) {
+      const int64_t idx = rem % dims[i];
+      rem /= dims[i];
+      oa += idx * sa[i], ob += idx * sb[i], oc += idx * sc[i];
+    }
+    if (sc[last] == 0 && dims[last] > 1) {  // summing over this dim: accumulate one by one
+      for (int64_t k = 0; k < dims[last]; ++k)
+        kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0 + oa + k * sa[last], A.ld, b0 + ob + k * sb[last], B.ld,
+                         beta, C + oc, ldc);
+    } else {
+      kernels::gemm_batched<T>(dims[last], A.trans, B.trans, M, N, K, T(1), a0 + oa, A.ld, sa[last], b0 + ob, B.ld,
+                               sb[last], beta, C + oc, ldc, sc[last]);
+    }
+  }
+}
+
+// A [.., M, K] that is row-major with its batch dims stacked on its rows, viewed as one [rows, K]
+// matrix; undefined operand if its layout does not allow that.
+bool foldable_rows(const Tensor& t) {
+  if (t.ndim() < 2) return false;
+  const int n = t.ndim();
+  if (t.strides()[n - 1] != 1) return false;
+  int64_t expect = t.strides()[n - 2] * t.shape()[n - 2];
+  for (int i = n - 3; i >= 0; --i) {
+    if (t.shape()[i] != 1 && t.strides()[i] != expect) return false;
+    expect *= t.shape()[i];
+  }
+  return true;
+}
+
+MatrixOperand fold_rows(const Tensor& t) {
+  const int n = t.ndim();
+  const int64_t K = t.shape()[n - 1];
+  return {t, false, std::max<int64_t>(t.strides()[n - 2], K), t.numel() / std::max<int64_t>(K, 1), K};
+}
+
+MatrixOperand transposed(MatrixOperand m) {
+  m.trans = !m.trans;
+  std::swap(m.rows, m.cols);
+  return m;
+}
+
+// out (+)= A @ B over broadcast batches; `out` is contiguous with shape batch + [M, N], or, when
+// reducing, a smaller shape whose batch dims are 1/missing where A and B's batch is summed.
+template <class T>
+void matmul_into(const MatrixOperand& A, const MatrixOperand& B, const Tensor& out, bool accumulate) {
+  const Shape& os = out.shape();
+  const int64_t M = A.rows, N = B.cols;
+  // Loop batch: broadcast of A's and B's batch dims.
+  Shape ab(std::span<const int64_t>(A.t.shape().data(), size_t(A.t.ndim() - 2)));
+  Shape bb(std::span<const int64_t>(B.t.shape().data(), size_t(B.t.ndim() - 2)));
+  const Shape batch = broadcast_shapes(ab, bb, "matmul");
+  // C strides over the loop batch: contiguous where out has the dim, 0 where it is summed.
+  Shape ob(std::span<const int64_t>(os.data(), size_t(os.ndim() - 2)));
+  const Shape cs_full = contiguous_strides(os);
+  Shape cs = batch;
+  bool reducing = false;
+  for (int i = 0; i < batch.ndim(); ++i) {
+    const int j = i - (batch.ndim() - ob.ndim());
+    const bool present = j >= 0 && ob[j] == batch[i];
+    cs[i] = present ? cs_full[j] : 0;
+    if (!present && batch[i] != 1) reducing = true;
+  }
+  T* c = out.data<T>();
+  if (reducing && !accumulate) {
+    kernels::fill<T>(out.numel(), T(0), c);
+    accumulate = true;
+  }
+  gemm_over_batch<T>(batch, A, B, c, std::max<int64_t>(N, 1), cs, accumulate ? T(1) : T(0));
+  (void)M;
+}
+
+// Writes or adds dA = dC @ B^T and dB = A^T @ dC for C = A @ B (A, B of at least 2 dims).
+template <class T>
+void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc) {
+  const MatrixOperand A = as_matrix(a), B = as_matrix(b), dC = as_matrix(dc);
+  if (a.requires_grad()) {
+    bool fresh = false;
+    Tensor da = grad_buffer(a, &fresh);
+    if (b.ndim() == 2 && foldable_rows(dc) && da.ndim() >= 2) {
+      // dA[rows, K] = dC[rows, N] @ B^T: one GEMM over all batch rows
+      const MatrixOperand dcf = fold_rows(dc), bt = transposed(B);
+      kernels::gemm<T>(dcf.trans, bt.trans, dcf.rows, bt.cols, dcf.cols, T(1), dc.data<T>(), dcf.ld, bt.t.data<T>(),
+                       bt.ld, fresh ? T(0) : T(1), da.data<T>(), bt.cols);
+    } else {
+      matmul_into<T>(dC, transposed(B), da, !fresh);
+    }
+  }
+  if (b.requires_grad()) {
+    bool fresh = false;
+    Tensor db = grad_buffer(b, &fresh);
+    if (b.ndim() == 2 && foldable_rows(a) && foldable_rows(dc)) {
+      // dB[K, N] = A^T[K, rows] @ dC[rows, N]: the batch folds into the GEMM's inner dimension
+      const MatrixOperand af = fold_rows(a), dcf = fold_rows(dc);
+      kernels::gemm<T>(true, false, af.cols, dcf.cols, af.rows, T(1), a.data<T>(), af.ld, dc.data<T>(), dcf.ld,
+                       fresh ? T(0) : T(1), db.data<T>(), dcf.cols);
+    } else {
+      matmul_into<T>(transposed(A), dC, db, !fresh);
+    }
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_same_float(a, b, "matmul");
+  if (a.ndim() == 0 || b.ndim() == 0)
+    throw ShapeError("matmul: inputs must have at least one dimension: a=" + to_string(a.shape()) +
+                     " b=" + to_string(b.shape()));
+  // Promote vectors to matrices, and drop the added dim at the end.
+  const Tensor a2 = a.ndim() == 1 ? reshape(a, {1, a.size(0)}) : a;
+  const Tensor b2 = b.ndim() == 1 ? reshape(b, {b.size(0), 1}) : b;
+  const int64_t M = a2.size(-2), K = a2.size(-1), Kb = b2.size(-2), N = b2.size(-1);
+  if (K != Kb)
+    throw ShapeError("matmul: inner dimensions differ: a=" + to_string(a.shape()) + " b=" + to_string(b.shape()));
+  Shape ab(std::span<const int64_t>(a2.shape().data(), size_t(a2.ndim() - 2)));
+  Shape bb(std::span<const int64_t>(b2.shape().data(), size_t(b2.ndim() - 2)));
+  Shape out_shape;
+  try {
+    out_shape = broadcast_shapes(ab, bb, "matmul");
+  } catch (const ShapeError&) {
+    throw ShapeError("matmul: batch dimensions do not broadcast: a=" + to_string(a.shape()) +
+                     " b=" + to_string(b.shape()));
+  }
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor y = Tensor::empty(out_shape, a.dtype());
+  visit_float(a.dtype(), "matmul", [&](auto z) {
+    using T = decltype(z);
+    if (b2.ndim() == 2 && foldable_rows(a2)) {  // [.., M, K] @ [K, N]: one GEMM
+      const MatrixOperand af = fold_rows(a2), B = as_matrix(b2);
+      kernels::gemm<T>(false, B.trans, af.rows, N, K, T(1), a2.data<T>(), af.ld, B.t.data<T>(), B.ld, T(0),
+                       y.data<T>(), std::max<int64_t>(N, 1));
+    } else {
+      matmul_into<T>(as_matrix(a2), as_matrix(b2), y, false);
+    }
+  });
+  if (should_record({&a2, &b2})) {
+    record(OpKind::matmul, {a2, b2}, y, [a2, b2](const Tensor& dy) {
+      // dA = dY @ B^T, dB = A^T @ dY (summed over broadcast batch dims)
+      visit_float(dy.dtype(), "backward", [&](auto z) { matmul_backward<decltype(z)>(a2, b2, dy); });
+    });
+  }
+  if (a.ndim() == 1 && b.ndim() == 1) return reshape(y, {});
+  if (a.ndim() == 1) {
+    Shape s = y.shape();
+    s.erase(s.ndim() - 2);
+    return reshape(y, s);
+  }
+  if (b.ndim() == 1) {
+    Shape s = y.shape();
+    s.erase(s.ndim() - 1);
+    return reshape(y, s);
+  }
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_same_float(x, weight, "linear");
+  if (bias.defined()) detail::check_same_float(x, bias, "linear");
+  if (x.ndim() < 1 || weight.ndim() != 2 || x.size(-1) != weight.size(1) ||
+      (bias.defined() && (bias.ndim() != 1 || bias.size(0) != weight.size(0))))
+    throw ShapeError("linear: expected x=[..,in] weight=[out,in] bias=[out], got x=" + to_string(x.shape()) +
+                     " weight=" + to_string(weight.shape()) +
+                     " bias=" + (bias.defined() ? to_string(bias.shape()) : std::string("none")));
+  const Tensor xc = detail::contiguous_data(x);
+  const Tensor w = detail::contiguous_data(weight);
+  const int64_t in = w.size(1), out = w.size(0), rows = xc.numel() / std::max<int64_t>(in, 1);
+  Shape ys = x.shape();
+  ys[ys.ndim() - 1] = out;
+  Tensor y = Tensor::empty(ys, x.dtype());
+  visit_float(x.dtype(), "linear", [&](auto z) {
+    using T = decltype(z);
+    T* yp = y.data<T>();
+    if (bias.defined()) {  // start C from the bias rows, then C += x W^T
+      const T* bp = bias.data<T>();
+      for (int64_t r = 0; r < rows; ++r) std::copy(bp, bp + out, yp + r * out);
+    }
+    kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in,
+                     bias.defined() ? T(1) : T(0), yp, out);
+  });
+  std::vector<Tensor> inputs = {x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  if (should_record(inputs)) {
+    record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out](const Tensor& dy) {
+      // dx = dy W;  dW = dy^T x;  db = sum over rows of dy
+      visit_float(dy.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        bool fresh = false;
+        if (x.requires_grad()) {
+          Tensor dx = grad_buffer(x, &fresh);
+          kernels::gemm<T>(false, false, rows, in, out, T(1), dy.data<T>(), out, w.data<T>(), in, fresh ? T(0) : T(1),
+                           dx.data<T>(), in);
+        }
+        if (weight.requires_grad()) {
+          Tensor dw = grad_buffer(weight, &fresh);
+          kernels::gemm<T>(true, false, out, in, rows, T(1), dy.data<T>(), out, xc.data<T>(), in,
+                           fresh ? T(0) : T(1), dw.data<T>(), in);
+        }
+        if (bias.defined() && bias.requires_grad()) {
+          Tensor colsum = Tensor::empty({out}, dy.dtype());
+          kernels::sum_axis<T>(1, rows, out, dy.data<T>(), colsum.data<T>());
+          accumulate_grad(bias, std::move(colsum));
+        }
+      });
+    });
+  }
+  return y;
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,182 @@
+// The op registry (see op_checks.hpp): one row per gradient-check case, table-driven.
+// Sizes include 1, 3 and 17; rows cover broadcasting, transposed views, reused inputs and
+// compositions (a 2-layer MLP, one causal attention head).
+#include "tapegrad/op_checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tapegrad/ops.hpp"
+
+namespace tapegrad {
+
+namespace {
+
+using Inputs = const std::vector<Tensor>&;
+
+InputSpec in(Shape s, Domain d = Domain::any) { return InputSpec{s, d, {}, true}; }
+InputSpec ids(Shape s, std::vector<int32_t> v) { return InputSpec{s, Domain::ids, std::move(v), false}; }
+InputSpec constant(Shape s, Domain d = Domain::any) { return InputSpec{s, d, {}, false}; }
+
+// A 0/1 float mask input (constant): drawn as positive values, thresholded inside the function.
+Tensor as_mask(const Tensor& t) {
+  std::vector<double> v = t.to_vector();
+  for (double& x : v) x = x > 1.25 ? 1.0 : 0.0;
+  return Tensor::from_vector(v, t.shape(), t.dtype());
+}
+
+std::vector<OpCheck> build() {
+  std::vector<OpCheck> c;
+  auto add_row = [&](std::string name, std::string shapes, std::vector<InputSpec> inputs,
+                     std::function<Tensor(Inputs)> fn, GradcheckOptions o = {}) {
+    c.push_back(OpCheck{std::move(name), std::move(shapes), std::move(inputs), std::move(fn), o});
+  };
+
+  // ---- elementwise binary, with broadcasting
+  add_row("add", "[3,4]+[3,4]", {in({3, 4}), in({3, 4})}, [](Inputs x) { return add(x[0], x[1]); });
+  add_row("add", "[2,3,17]+[17]", {in({2, 3, 17}), in({17})}, [](Inputs x) { return add(x[0], x[1]); });
+  add_row("add", "[1]+[3,1]", {in({1}), in({3, 1})}, [](Inputs x) { return add(x[0], x[1]); });
+  add_row("sub", "[3,1]-[1,4]", {in({3, 1}), in({1, 4})}, [](Inputs x) { return sub(x[0], x[1]); });
+  add_row("mul", "[2,3]*[2,3]", {in({2, 3}), in({2, 3})}, [](Inputs x) { return mul(x[0], x[1]); });
+  add_row("mul", "[4,1,3]*[2,1]", {in({4, 1, 3}), in({2, 1})}, [](Inputs x) { return mul(x[0], x[1]); });
+  add_row("div", "[3,4]/[4]", {in({3, 4}), in({4}, Domain::positive)}, [](Inputs x) { return div(x[0], x[1]); });
+  add_row("pow", "[3,4]^[3,4]", {in({3, 4}, Domain::positive), in({3, 4})}, [](Inputs x) { return pow(x[0], x[1]); });
+  add_row("neg", "[17]", {in({17})}, [](Inputs x) { return neg(x[0]); });
+  add_row("add_scalar", "[3]+2.5", {in({3})}, [](Inputs x) { return add(x[0], 2.5); });
+  add_row("mul_scalar", "[3,4]*-1.5", {in({3, 4})}, [](Inputs x) { return mul(x[0], -1.5); });
+  add_row("pow_scalar", "[5]^1.7", {in({5}, Domain::positive)}, [](Inputs x) { return pow(x[0], 1.7); });
+  add_row("reused_input", "x*x+x [3,3]", {in({3, 3})}, [](Inputs x) { return add(mul(x[0], x[0]), x[0]); });
+
+  // ---- unary
+  add_row("exp", "[3,4]", {in({3, 4})}, [](Inputs x) { return exp(x[0]); });
+  add_row("log", "[17]", {in({17}, Domain::positive)}, [](Inputs x) { return log(x[0]); });
+  add_row("sqrt", "[3,3]", {in({3, 3}, Domain::positive)}, [](Inputs x) { return sqrt(x[0]); });
+  add_row("abs", "[17]", {in({17}, Domain::no_kink)}, [](Inputs x) { return abs(x[0]); });
+  add_row("tanh", "[3,4]", {in({3, 4})}, [](Inputs x) { return tanh(x[0]); });
+  add_row("sigmoid", "[3,4]", {in({3, 4})}, [](Inputs x) { return sigmoid(x[0]); });
+  add_row("relu", "[17]", {in({17}, Domain::no_kink)}, [](Inputs x) { return relu(x[0]); });
+  add_row("gelu_tanh", "[3,5]", {in({3, 5})}, [](Inputs x) { return gelu(x[0], GeluApprox::tanh); });
+  add_row("gelu_exact", "[3,5]", {in({3, 5})}, [](Inputs x) { return gelu(x[0], GeluApprox::exact); });
+  add_row("masked_fill", "[3,4] mask[1,4]", {in({3, 4}), constant({1, 4}, Domain::positive)},
+          [](Inputs x) { return masked_fill(x[0], as_mask(x[1]), -2.0); });
+  add_row("where", "c[3,4] [3,4] [4]", {constant({3, 4}, Domain::positive), in({3, 4}), in({4})},
+          [](Inputs x) { return where(as_mask(x[0]), x[1], x[2]); });
+
+  // ---- linear algebra
+  add_row("matmul", "[3,4]@[4,5]", {in({3, 4}), in({4, 5})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul", "[1,1]@[1,1]", {in({1, 1}), in({1, 1})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul", "[3,17]@[17,3]", {in({3, 17}), in({17, 3})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul", "[4]@[4,3]", {in({4}), in({4, 3})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul", "[3,4]@[4]", {in({3, 4}), in({4})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul", "[4,3]^T@[4,5]^T^T", {in({4, 3}), in({5, 4})},
+          [](Inputs x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); });
+  add_row("matmul_batched", "[2,3,4]@[4,5]", {in({2, 3, 4}), in({4, 5})}, [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul_batched", "[2,1,3,4]@[3,4,2]", {in({2, 1, 3, 4}), in({3, 4, 2})},
+          [](Inputs x) { return matmul(x[0], x[1]); });
+  add_row("matmul_batched", "[2,3,4]@[2,5,4]^T", {in({2, 3, 4}), in({2, 5, 4})},
+          [](Inputs x) { return matmul(x[0], transpose(x[1], 1, 2)); });
+  add_row("linear", "[2,3,4]W[5,4]b[5]", {in({2, 3, 4}), in({5, 4}), in({5})},
+          [](Inputs x) { return linear(x[0], x[1], x[2]); });
+  add_row("linear", "[1,3]W[1,3]", {in({1, 3}), in({1, 3})}, [](Inputs x) { return linear(x[0], x[1]); });
+
+  // ---- shape
+  add_row("transpose", "[3,4] 0<->1", {in({3, 4})}, [](Inputs x) { return transpose(x[0], 0, 1); });
+  add_row("permute", "[2,3,4] (2,0,1)", {in({2, 3, 4})}, [](Inputs x) { return permute(x[0], {2, 0, 1}); });
+  add_row("reshape", "[2,6]->[3,4]", {in({2, 6})}, [](Inputs x) { return reshape(x[0], {3, 4}); });
+  add_row("reshape", "[3,4]^T->[12]", {in({3, 4})}, [](Inputs x) { return reshape(transpose(x[0], 0, 1), {-1}); });
+  add_row("contiguous", "[3,4]^T", {in({3, 4})}, [](Inputs x) { return contiguous(transpose(x[0], 0, 1)); });
+  add_row("concat", "[2,3]|[2,1]|[2,4] axis 1", {in({2, 3}), in({2, 1}), in({2, 4})},
+          [](Inputs x) { return concat({x[0], x[1], x[2]}, 1); });
+  add_row("concat", "[1,3]|[17,3] axis 0", {in({1, 3}), in({17, 3})}, [](Inputs x) { return concat({x[0], x[1]}, 0); });
+  add_row("narrow", "[5,4] axis 0 [1,4)", {in({5, 4})}, [](Inputs x) { return narrow(x[0], 0, 1, 3); });
+  add_row("narrow", "[3,17] axis -1 [16,17)", {in({3, 17})}, [](Inputs x) { return narrow(x[0], -1, 16, 1); });
+  add_row("stack", "3x[2,3] axis 1", {in({2, 3}), in({2, 3}), in({2, 3})},
+          [](Inputs x) { return stack({x[0], x[1], x[2]}, 1); });
+
+  // ---- reductions
+  add_row("sum_all", "[3,4]", {in({3, 4})}, [](Inputs x) { return sum(x[0]); });
+  add_row("sum_axis", "[2,3,4] axis 1", {in({2, 3, 4})}, [](Inputs x) { return sum(x[0], 1); });
+  add_row("sum_axis", "[3,17] axis -1 keepdim", {in({3, 17})}, [](Inputs x) { return sum(x[0], -1, true); });
+  add_row("mean_all", "[3,4]", {in({3, 4})}, [](Inputs x) { return mean(x[0]); });
+  add_row("mean_axis", "[2,3,4] axis 2", {in({2, 3, 4})}, [](Inputs x) { return mean(x[0], 2); });
+  add_row("max_axis", "[3,5] axis 1", {in({3, 5}, Domain::distinct)}, [](Inputs x) { return max(x[0], 1); });
+  add_row("max_axis", "[4,3,2] axis 0 keepdim", {in({4, 3, 2}, Domain::distinct)},
+          [](Inputs x) { return max(x[0], 0, true); });
+  add_row("max_all", "[17]", {in({17}, Domain::distinct)}, [](Inputs x) { return max(x[0]); });
+
+  // ---- softmax family
+  add_row("softmax", "[3,5]", {in({3, 5})}, [](Inputs x) { return softmax(x[0]); });
+  add_row("softmax", "[1,1]", {in({1, 1})}, [](Inputs x) { return add(softmax(x[0]), x[0]); });
+  add_row("softmax", "[2,2,4,4] causal scale 0.5", {in({2, 2, 4, 4})},
+          [](Inputs x) { return softmax(x[0], {0.5, {}, true}); });
+  add_row("softmax", "[2,2,3,4] mask[2,1,1,4]", {in({2, 2, 3, 4}), constant({2, 1, 1, 4}, Domain::positive)},
+          [](Inputs x) { return softmax(x[0], {1.0, mul(as_mask(x[1]), -1e9), false}); });
+  add_row("log_softmax", "[4,7]", {in({4, 7})}, [](Inputs x) { return log_softmax(x[0]); });
+  add_row("log_softmax", "[2,3,17]", {in({2, 3, 17})}, [](Inputs x) { return log_softmax(x[0]); });
+  add_row("cross_entropy", "[5,7] t[5] ignore 2nd", {in({5, 7}), ids({5}, {3, -100, 0, 6, 3})},
+          [](Inputs x) { return cross_entropy(x[0], x[1]); });
+  add_row("cross_entropy", "[2,3,5] t[2,3] smoothing 0.1", {in({2, 3, 5}), ids({2, 3}, {0, 4, 4, 1, 2, 3})},
+          [](Inputs x) { return cross_entropy(x[0], x[1], -100, 0.1); });
+
+  // ---- normalisation, indexing, regularisation
+  add_row("layer_norm", "[3,5] w[5] b[5]", {in({3, 5}), in({5}), in({5})},
+          [](Inputs x) { return layer_norm(x[0], x[1], x[2]); });
+  add_row("layer_norm", "[2,3,17] no affine", {in({2, 3, 17})}, [](Inputs x) { return layer_norm(x[0], {}, {}); });
+  add_row("embedding", "table[10,4] ids[2,3] repeated", {in({10, 4}), ids({2, 3}, {1, 7, 1, 0, 9, 1})},
+          [](Inputs x) { return embedding(x[0], x[1]); });
+  add_row("dropout", "[4,5] p=0.3 seed 7", {in({4, 5})}, [](Inputs x) { return dropout(x[0], 0.3, true, 7); });
+
+  // ---- compositions
+  add_row("mlp2_composition", "x[4,3] W1[5,3] W2[2,5] ce", {in({4, 3}), in({5, 3}), in({5}), in({2, 5}), in({2})},
+          [](Inputs x) {
+            const Tensor h = tanh(linear(x[0], x[1], x[2]));
+            return cross_entropy(linear(h, x[3], x[4]), Tensor::from_ids({0, 1, 1, 0}, {4}));
+          });
+  add_row("attention_head_composition", "x[2,4,6] Wq,Wk,Wv[3,6] causal",
+          {in({2, 4, 6}), in({3, 6}), in({3, 6}), in({3, 6})}, [](Inputs x) {
+            const Tensor q = linear(x[0], x[1]), k = linear(x[0], x[2]), v = linear(x[0], x[3]);
+            const Tensor w = softmax(matmul(q, transpose(k, 1, 2)), {1.0 / std::sqrt(3.0), {}, true});
+            return matmul(w, v);
+          });
+  return c;
+}
+
+}  // namespace
+
+const std::vector<OpCheck>& op_checks() {
+  static const std::vector<OpCheck> checks = build();
+  return checks;
+}
+
+GradcheckResult run_op_check(const OpCheck& check) {
+  Generator gen(std::hash<std::string>{}(check.name + check.shapes) & 0xffffffff);
+  std::vector<Tensor> inputs;
+  for (const InputSpec& spec : check.inputs) {
+    Tensor t;
+    const int64_t n = spec.shape.numel();
+    switch (spec.domain) {
+      case Domain::any: t = Tensor::randn(spec.shape, gen, DType::f64); break;
+      case Domain::positive: t = Tensor::rand(spec.shape, gen, DType::f64, 0.5, 2.0); break;
+      case Domain::no_kink: {
+        std::vector<double> v(static_cast<size_t>(n));
+        for (double& x : v) x = (gen.uniform() < 0.5 ? -1 : 1) * (0.2 + 0.8 * gen.uniform());
+        t = Tensor::from_vector(v, spec.shape, DType::f64);
+        break;
+      }
+      case Domain::distinct: {
+        std::vector<double> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = -1.0 + 0.1 * double(i);
+        for (int64_t i = n - 1; i > 0; --i) std::swap(v[size_t(i)], v[size_t(gen.next_u64() % uint64_t(i + 1))]);
+        t = Tensor::from_vector(v, spec.shape, DType::f64);
+        break;
+      }
+      case Domain::ids: t = Tensor::from_ids(spec.ids, spec.shape); break;
+    }
+    if (spec.differentiable) t.requires_grad_();
+    inputs.push_back(t);
+  }
+  return gradcheck(check.fn, inputs, check.options, check.name + " " + check.shapes);
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,204 @@
+// Shape ops: reshape, permute/transpose, contiguous, narrow (views where possible), concat, stack.
+// Their backwards only move gradient elements back to where they came from.
+#include <algorithm>
+#include <cstring>
+
+#include "op_util.hpp"
+
+namespace tapegrad {
+
+using detail::visit_float;
+
+namespace {
+
+// Copies `rows` blocks of `block` elements from src (stride src_stride) to dst (stride dst_stride).
+void copy_blocks(const Tensor& src, const Tensor& dst, int64_t rows, int64_t block, int64_t src_off,
+                 int64_t src_stride, int64_t dst_off, int64_t dst_stride) {
+  const int64_t es = dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.impl()->storage->data) + (src.impl()->offset + src_off) * es;
+  char* d = static_cast<char*>(dst.impl()->storage->data) + (dst.impl()->offset + dst_off) * es;
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(d + r * dst_stride * es, s + r * src_stride * es, size_t(block * es));
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& a, const Shape& shape) {
+  detail::check_defined(a, "reshape", "input");
+  Shape target = shape;
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < target.ndim(); ++i) {
+    if (target[i] == -1) {
+      if (infer >= 0) throw ShapeError("reshape: only one dimension may be -1, got " + to_string(shape));
+      infer = i;
+    } else if (target[i] < 0) {
+      throw ShapeError("reshape: negative dimension in " + to_string(shape));
+    } else {
+      known *= target[i];
+    }
+  }
+  if (infer >= 0) target[infer] = known ? a.numel() / known : 0;
+  if (target.numel() != a.numel())
+    throw ShapeError("reshape: cannot reshape " + to_string(a.shape()) + " (" + std::to_string(a.numel()) +
+                     " elements) into " + to_string(shape));
+  const Tensor base = a.is_contiguous() ? a : a.clone();
+  Tensor y = make_view(base, target, contiguous_strides(target), base.impl()->offset);
+  if (should_record({&a})) {
+    record(OpKind::reshape, {a}, y, [a](const Tensor& dy) {
+      // da = dy viewed in a's shape
+      accumulate_grad(a, make_view(dy, a.shape(), contiguous_strides(a.shape()), dy.impl()->offset));
+    });
+  }
+  return y;
+}
+
+Tensor permute(const Tensor& a, const std::vector<int>& dims) {
+  detail::check_defined(a, "permute", "input");
+  const int n = a.ndim();
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  auto bad = [&] {
+    std::string d = "(";
+    for (size_t i = 0; i < dims.size(); ++i) d += (i ? "," : "") + std::to_string(dims[i]);
+    return ShapeError("permute: dims " + d + ") are not a permutation of the axes of " + to_string(a.shape()));
+  };
+  if (int(dims.size()) != n) throw bad();
+  Shape s = a.shape(), st = a.strides();
+  std::vector<int> norm(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[size_t(i)] < 0 ? dims[size_t(i)] + n : dims[size_t(i)];
+    if (d < 0 || d >= n || seen[size_t(d)]) throw bad();
+    seen[size_t(d)] = true;
+    norm[size_t(i)] = d;
+    s[i] = a.shape()[d];
+    st[i] = a.strides()[d];
+  }
+  Tensor y = make_view(a, s, st, a.impl()->offset);
+  if (should_record({&a})) {
+    record(OpKind::permute, {a}, y, [a, norm](const Tensor& dy) {
+      // da[perm^-1(i)] += dy[i]: walk dy in order, writing through a's permuted contiguous strides
+      const Shape cs = contiguous_strides(a.shape());
+      Shape ds = dy.shape();
+      for (size_t i = 0; i < norm.size(); ++i) ds[int(i)] = cs[norm[i]];
+      Tensor da = detail::accumulation_buffer(a);
+      visit_float(a.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>(), ds.data());
+      });
+    });
+  }
+  return y;
+}
+
+Tensor transpose(const Tensor& a, int dim0, int dim1) {
+  detail::check_defined(a, "transpose", "input");
+  const int d0 = normalize_axis(dim0, a.ndim(), "transpose", a.shape());
+  const int d1 = normalize_axis(dim1, a.ndim(), "transpose", a.shape());
+  std::vector<int> dims(static_cast<size_t>(a.ndim()));
+  for (int i = 0; i < a.ndim(); ++i) dims[size_t(i)] = i;
+  std::swap(dims[size_t(d0)], dims[size_t(d1)]);
+  return permute(a, dims);
+}
+
+Tensor contiguous(const Tensor& a) {
+  detail::check_defined(a, "contiguous", "input");
+  if (a.is_contiguous()) return a;
+  Tensor y = a.clone();
+  if (should_record({&a})) {
+    // da = dy (same shape; a's own strides do not matter for its gradient buffer)
+    record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { accumulate_grad(a, dy); });
+  }
+  return y;
+}
+
+Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
+  detail::check_defined(a, "narrow", "input");
+  const int ax = normalize_axis(axis, a.ndim(), "narrow", a.shape());
+  const int64_t n = a.shape()[ax];
+  if (start < 0 || length < 0 || start + length > n)
+    throw IndexError("narrow: range [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                     ") out of bounds for axis " + std::to_string(ax) + " of shape " + to_string(a.shape()));
+  Shape s = a.shape();
+  s[ax] = length;
+  Tensor y = make_view(a, s, a.strides(), a.impl()->offset + start * a.strides()[ax]);
+  if (should_record({&a})) {
+    record(OpKind::narrow, {a}, y, [a, ax, start](const Tensor& dy) {
+      // da[.., start:start+len, ..] += dy
+      Tensor da = detail::accumulation_buffer(a);
+      const Shape cs = contiguous_strides(a.shape());
+      visit_float(a.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>() + start * cs[ax], cs.data());
+      });
+    });
+  }
+  return y;
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int axis) {
+  if (xs.empty()) throw ShapeError("concat: no tensors given");
+  auto shapes = [&] {
+    std::string s;
+    for (size_t i = 0; i < xs.size(); ++i) s += (i ? " " : "") + to_string(xs[i].shape());
+    return s;
+  };
+  for (const Tensor& x : xs) detail::check_defined(x, "concat", "input");
+  const Tensor& first = xs[0];
+  const int ax = normalize_axis(axis, first.ndim(), "concat", first.shape());
+  int64_t total = 0;
+  for (const Tensor& x : xs) {
+    if (x.dtype() != first.dtype()) throw DTypeError("concat: dtypes differ: " + first.describe() + " " + x.describe());
+    bool same = x.ndim() == first.ndim();
+    for (int d = 0; same && d < x.ndim(); ++d) same = d == ax || x.shape()[d] == first.shape()[d];
+    if (!same) throw ShapeError("concat: shapes differ outside axis " + std::to_string(ax) + ": " + shapes());
+    total += x.shape()[ax];
+  }
+  Shape s = first.shape();
+  s[ax] = total;
+  Tensor y = Tensor::empty(s, first.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < ax; ++d) outer *= s[d];
+  for (int d = ax + 1; d < s.ndim(); ++d) inner *= s[d];
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (const Tensor& x : xs) {
+    const Tensor xc = detail::contiguous_data(x);
+    const int64_t block = x.shape()[ax] * inner;
+    copy_blocks(xc, y, outer, block, 0, block, at * inner, total * inner);
+    starts.push_back(at);
+    at += x.shape()[ax];
+  }
+  if (should_record(xs)) {
+    record(OpKind::concat, xs, y, [xs, starts, outer, inner, total, ax](const Tensor& dy) {
+      // dx_i = dy[.., start_i : start_i + len_i, ..]
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (!xs[i].requires_grad()) continue;
+        const int64_t block = xs[i].shape()[ax] * inner;
+        Tensor g = Tensor::empty(xs[i].shape(), dy.dtype());
+        copy_blocks(dy, g, outer, block, starts[i] * inner, total * inner, 0, block);
+        accumulate_grad(xs[i], std::move(g));
+      }
+    });
+  }
+  return y;
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int axis) {
+  if (xs.empty()) throw ShapeError("stack: no tensors given");
+  for (const Tensor& x : xs) {
+    detail::check_defined(x, "stack", "input");
+    if (x.shape() != xs[0].shape())
+      throw ShapeError("stack: shapes differ: " + to_string(xs[0].shape()) + " vs " + to_string(x.shape()));
+  }
+  const int ax = normalize_axis(axis, xs[0].ndim() + 1, "stack", xs[0].shape());
+  std::vector<Tensor> expanded;
+  expanded.reserve(xs.size());
+  for (const Tensor& x : xs) {
+    Shape s = x.shape();
+    s.insert(ax, 1);
+    expanded.push_back(reshape(x, s));
+  }
+  return concat(expanded, ax);
+}
+
+}  // namespace tapegrad

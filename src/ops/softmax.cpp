@@ -1,0 +1,159 @@
+// The softmax family, each a fused kernel for speed and numerical stability: softmax (with an
+// optional scale, additive mask and causal mask fused in), log_softmax, and cross-entropy from logits.
+#include <limits>
+
+#include "op_util.hpp"
+
+namespace tapegrad {
+
+using detail::visit_float;
+
+namespace {
+
+// Rows of x's last axis: [.., cols] -> rows = numel / cols.
+int64_t row_count(const Tensor& x) { return x.shape().at(-1) ? x.numel() / x.shape().at(-1) : 0; }
+
+}  // namespace
+
+Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
+  detail::check_float(x_in, "softmax");
+  if (x_in.ndim() == 0) throw ShapeError("softmax: expected at least one dimension, got a scalar");
+  const Tensor x = detail::contiguous_data(x_in);
+  const int64_t cols = x.shape().at(-1), rows = row_count(x);
+  kernels::SoftmaxOptions opts;
+  opts.scale = spec.scale;
+  opts.causal = spec.causal;
+  if (spec.causal) {
+    if (x.ndim() < 2) throw ShapeError("softmax: a causal mask needs [.., Tq, Tk], got " + to_string(x.shape()));
+    opts.causal_period = x.shape().at(-2);
+    opts.causal_offset = cols - opts.causal_period;  // queries aligned to the last keys
+  }
+  Tensor mask;
+  if (spec.mask.defined()) {
+    if (spec.mask.dtype() != x.dtype())
+      throw DTypeError("softmax: mask " + spec.mask.describe() + " and input " + x.describe() + " differ in dtype");
+    const Shape b = broadcast_shapes(x.shape(), spec.mask.shape(), "softmax");
+    if (b != x.shape())
+      throw ShapeError("softmax: mask must broadcast to the input: x=" + to_string(x.shape()) +
+                       " mask=" + to_string(spec.mask.shape()));
+    // The kernel applies mask row (r % mask_rows): fine when the mask only lacks leading dims.
+    // Otherwise (e.g. a key-padding mask [B,1,1,Tk]) expand it to x's shape first.
+    const Shape& ms = spec.mask.shape();
+    int64_t period = 1;
+    bool suffix = true;
+    // Usable as is when, after stripping leading ones, the mask's dims equal x's trailing dims.
+    int first = 0;
+    while (first < ms.ndim() && ms[first] == 1) ++first;
+    for (int i = first; i < ms.ndim(); ++i) {
+      const int xi = x.ndim() - ms.ndim() + i;
+      if (ms[i] != x.shape()[xi]) suffix = false;
+      period *= ms[i];
+    }
+    if (suffix && period >= cols && spec.mask.is_contiguous()) {
+      mask = spec.mask;
+    } else {
+      mask = Tensor::empty(x.shape(), x.dtype());
+      const Shape ms_strides = detail::broadcast_strides(spec.mask, x.shape());
+      const Shape zero_strides = Shape(std::vector<int64_t>(size_t(x.ndim()), 0));
+      visit_float(x.dtype(), "softmax", [&](auto z) {
+        using T = decltype(z);
+        const T zero = 0;
+        kernels::binary<T>(kernels::Binary::add, x.ndim(), x.shape().data(), spec.mask.data<T>(), ms_strides.data(),
+                           &zero, zero_strides.data(), mask.data<T>());
+      });
+      period = x.numel();
+    }
+    opts.mask = static_cast<const char*>(mask.impl()->storage->data) + mask.impl()->offset * dtype_size(mask.dtype());
+    opts.mask_rows = cols ? period / cols : 0;
+  }
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  visit_float(x.dtype(), "softmax", [&](auto z) {
+    using T = decltype(z);
+    kernels::softmax<T>(rows, cols, x.data<T>(), y.data<T>(), opts);
+  });
+  if (should_record({&x_in})) {
+    const double scale = spec.scale;
+    record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale](const Tensor& dy) {
+      // dx = scale * y * (dy - sum(dy * y))
+      Tensor dx = detail::accumulation_buffer(x_in);
+      visit_float(y.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale);
+      });
+    });
+  }
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x_in) {
+  detail::check_float(x_in, "log_softmax");
+  if (x_in.ndim() == 0) throw ShapeError("log_softmax: expected at least one dimension, got a scalar");
+  const Tensor x = detail::contiguous_data(x_in);
+  const int64_t cols = x.shape().at(-1), rows = row_count(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  visit_float(x.dtype(), "log_softmax", [&](auto z) {
+    using T = decltype(z);
+    kernels::log_softmax<T>(rows, cols, x.data<T>(), y.data<T>());
+  });
+  if (should_record({&x_in})) {
+    record(OpKind::log_softmax, {x_in}, y, [x_in, y, rows, cols](const Tensor& dy) {
+      // dx = dy - exp(y) * sum(dy)
+      Tensor dx = detail::accumulation_buffer(x_in);
+      visit_float(y.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>());
+      });
+    });
+  }
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_index, double label_smoothing) {
+  detail::check_float(logits_in, "cross_entropy");
+  detail::check_defined(targets, "cross_entropy", "targets");
+  auto shapes = [&] { return " logits=" + to_string(logits_in.shape()) + " targets=" + to_string(targets.shape()); };
+  if (targets.dtype() != DType::i32) throw DTypeError("cross_entropy: targets must be int32, got " + targets.describe());
+  if (logits_in.ndim() < 1 || targets.ndim() != logits_in.ndim() - 1)
+    throw ShapeError("cross_entropy: expected logits [.., V] and targets [..]:" + shapes());
+  for (int d = 0; d < targets.ndim(); ++d)
+    if (targets.shape()[d] != logits_in.shape()[d])
+      throw ShapeError("cross_entropy: leading dimensions differ:" + shapes());
+  if (label_smoothing < 0 || label_smoothing >= 1)
+    throw Error("cross_entropy: label_smoothing must be in [0, 1), got " + std::to_string(label_smoothing));
+  const Tensor logits = detail::contiguous_data(logits_in);
+  const Tensor tg = detail::contiguous_data(targets);
+  const int64_t V = logits.shape().at(-1), rows = targets.numel();
+  const int32_t* t = tg.data<int32_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    if (t[r] != ignore_index && (t[r] < 0 || t[r] >= V))
+      throw IndexError("cross_entropy: target " + std::to_string(t[r]) + " at position " + std::to_string(r) +
+                       " is outside [0, " + std::to_string(V) + ")" + shapes());
+  const bool recording = should_record({&logits_in});
+  Tensor row_loss = Tensor::empty({rows}, logits.dtype());
+  Tensor grad = recording ? Tensor::empty(logits.shape(), logits.dtype()) : Tensor();
+  Tensor y = Tensor::empty({}, logits.dtype());
+  visit_float(logits.dtype(), "cross_entropy", [&](auto z) {
+    using T = decltype(z);
+    // Count first so the fused gradient can be scaled by 1/count in the same pass.
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; ++r) count += t[r] != ignore_index;
+    const double inv = count ? 1.0 / double(count) : 0.0;
+    kernels::cross_entropy<T>(rows, V, logits.data<T>(), t, ignore_index, label_smoothing, row_loss.data<T>(),
+                              recording ? grad.data<T>() : nullptr, inv);
+    // Mean over non-ignored targets; an all-ignored batch has loss 0 (not NaN) and zero gradient.
+    *y.data<T>() = T(double(kernels::sum_all<T>(rows, row_loss.data<T>())) * inv);
+  });
+  if (recording) {
+    record(OpKind::cross_entropy, {logits_in}, y, [logits_in, grad](const Tensor& dy) {
+      // dlogits = dy * (softmax(logits) - (1-eps) onehot(t) - eps/V) / count   (precomputed in forward)
+      Tensor dx = detail::accumulation_buffer(logits_in);
+      visit_float(grad.dtype(), "backward", [&](auto z) {
+        using T = decltype(z);
+        kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), true);
+      });
+    });
+  }
+  return y;
+}
+
+}  // namespace tapegrad
