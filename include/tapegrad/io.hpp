@@ -1,0 +1,38 @@
+// Reading and writing .safetensors files, the format PyTorch, JAX and numpy users load directly:
+// an 8-byte little-endian header length N, N bytes of JSON header mapping each tensor name to
+// {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the data section) plus an
+// optional "__metadata__" object of string to string, then the raw little-endian data.
+//
+// Writes are atomic: a temporary file in the same directory, flushed and fsync'ed, then renamed over
+// the destination, so a crash never leaves a half-written file under the real name.
+// Reads validate everything (header size against the file size, JSON syntax, dtype names, shapes,
+// offsets inside the data section, no overlaps, the data section exactly covered) and throw IoError
+// naming the path and what is wrong, never crash.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tapegrad/tensor.hpp"
+
+namespace tapegrad::io {
+
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // in file order (sorted by name on write)
+  std::map<std::string, std::string> metadata;
+  // The tensor called `name`; throws IoError naming the file (path stored on load) if absent.
+  const Tensor& get(const std::string& name) const;
+  std::string path;
+};
+
+// dtypes written: F32, F64, I32 (from the tensor's dtype). Names must be unique and non-empty.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+SafetensorsFile load_safetensors(const std::string& path);
+
+// Writes `content` to `path` atomically (temporary file, fsync, rename).
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace tapegrad::io
