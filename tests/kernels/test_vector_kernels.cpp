@@ -1,0 +1,717 @@
+// Every SIMD row-wise / elementwise kernel against the scalar reference (kernels/ref/ref.hpp), for
+// every instruction set this machine has (kernels::available_isas(), scalar included as a check of
+// the dispatch itself) and OpenMP thread counts 1 and 2, on awkward sizes: 0, 1, lengths just below
+// and above the batch widths (4, 8, 16 floats) and their multiples, and sizes large enough to cross
+// the kernels' fork threshold so the parallel paths run too. Reductions are also checked to give
+// bitwise the same result with 1 and 2 threads.
+//
+// Tolerances are stated per kernel as |got - want| <= atol + rtol * |want|, in units of
+// eps = FLT_EPSILON (1.19e-7) and of the length n being reduced, next to each check. Where the SIMD
+// code does the reference's arithmetic in the reference's order (binary ops, embedding, bias sums)
+// the check is exact.
+#include <catch2/catch.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "kernels/ref/ref.hpp"
+
+namespace k = tapegrad::kernels;
+namespace ref = tapegrad::kernels::ref;
+
+namespace {
+
+constexpr double kEps = FLT_EPSILON;
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+
+// The awkward lengths of the issue: 0 where meaningful, 1, around the batch widths, and large.
+const std::vector<int64_t> kSizes = {0, 1, 2, 3, 7, 15, 17, 31, 33, 65, 127, 129, 257, 1000};
+
+// Sets the instruction set and thread count for a scope, restoring both afterwards.
+struct Config {
+  k::Isa old_isa;
+  int old_threads;
+  Config(k::Isa isa, int threads) : old_isa(k::active_isa()), old_threads(k::num_threads()) {
+    k::set_isa(isa);
+    k::set_num_threads(threads);
+  }
+  ~Config() {
+    k::set_isa(old_isa);
+    k::set_num_threads(old_threads);
+  }
+};
+
+std::vector<float> random_vec(int64_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(size_t(std::max<int64_t>(n, 0)));
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+struct Tol {
+  double atol, rtol;
+};
+
+bool same_special(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || (std::isinf(a) && std::isinf(b) && (a > 0) == (b > 0));
+}
+
+// One CHECK per array: reports the worst element (index, got, want) if any is outside its limit,
+// limit(i) being the allowed |got - want| at element i.
+template <class T, class Limit>
+void check_within(const std::vector<T>& got, const std::vector<T>& want, Limit&& limit, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  int64_t bad = -1;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = double(got[i]), w = double(want[i]);
+    if (g == w || same_special(g, w)) continue;
+    const double err = std::abs(g - w), lim = limit(i);
+    const double ratio = lim > 0 ? err / lim : std::numeric_limits<double>::infinity();
+    if (!(err <= lim) && (bad < 0 || ratio > worst)) {
+      bad = int64_t(i);
+      worst = ratio;
+    }
+  }
+  INFO(what);
+  if (bad >= 0) {
+    INFO("worst index " << bad << ": got " << got[size_t(bad)] << " want " << want[size_t(bad)] << " (error "
+                        << worst << "x the tolerance)");
+    CHECK(bad < 0);
+  } else {
+    CHECK(bad < 0);
+  }
+}
+
+template <class T>
+void check_close(const std::vector<T>& got, const std::vector<T>& want, Tol tol, const std::string& what) {
+  check_within(got, want, [&](size_t i) { return tol.atol + tol.rtol * std::abs(double(want[i])); }, what);
+}
+
+template <class T>
+void check_equal(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  check_close(got, want, Tol{0, 0}, what);
+}
+
+// Runs `body(isa_name)` once per available ISA at the given thread count.
+template <class F>
+void for_each_isa(int threads, F&& body) {
+  for (k::Isa isa : k::available_isas()) {
+    Config cfg(isa, threads);
+    const std::string name = k::isa_name(isa);
+    CAPTURE(name);
+    body(name);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// exp: the kernels' own polynomial (kernels/simd/math.hpp) against std::exp in double.
+
+TEST_CASE("exp: relative error bound over the float range, edge values", "[kernels][exp]") {
+  // Dense grid over the range whose results are normal floats, plus the denormal tail.
+  std::vector<float> x;
+  for (double v = -87.3; v <= 88.72; v += 0.000173) x.push_back(float(v));
+  const int64_t n = int64_t(x.size());
+  std::vector<float> y(x.size());
+  for (k::Isa isa : k::available_isas()) {
+    if (isa == k::Isa::scalar) continue;
+    Config cfg(isa, 2);
+    CAPTURE(k::isa_name(isa));
+    k::unary<float>(k::Unary::exp, n, x.data(), y.data());
+    double worst = 0;
+    float worst_x = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::exp(double(x[i]));
+      const double rel = std::abs(double(y[i]) - want) / want;
+      if (rel > worst) worst = rel, worst_x = x[i];
+    }
+    INFO("exp worst relative error " << worst / kEps << " eps at x = " << worst_x);
+    // Stated bound (math.hpp): 2 ulp = 2 eps relative. Measured ~1.2 eps on every ISA.
+    CHECK(worst <= 2 * kEps);
+
+    // Edges: overflow to +inf like std::exp, gradual underflow, exact 0 far below, NaN stays NaN.
+    const std::vector<float> edge = {88.7f, 88.73f, 100.0f, kInfF, -88.0f, -95.0f, -103.0f, -104.0f, -200.0f,
+                                     -kInfF, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f};
+    std::vector<float> ye(edge.size());
+    k::unary<float>(k::Unary::exp, int64_t(edge.size()), edge.data(), ye.data());
+    for (size_t i = 0; i < edge.size(); ++i) {
+      const float want = std::exp(edge[i]);
+      CAPTURE(edge[i], ye[i], want);
+      if (std::isnan(want)) {
+        CHECK(std::isnan(ye[i]));
+      } else if (std::isinf(want) || want == 0) {
+        CHECK(ye[i] == want);
+      } else {
+        // normal results: 2 eps; denormal results: within 2 units of the smallest denormal
+        CHECK(std::abs(double(ye[i]) - double(want)) <= std::max(2 * kEps * want, 2.0 * 0x1p-149));
+      }
+    }
+  }
+}
+
+TEST_CASE("exp for softmax (x <= 0), seen through log_softmax_backward", "[kernels][exp]") {
+  // log_softmax_backward with dy = e_0 gives dx[i] = -exp(y[i]) exactly for i >= 1: a window onto
+  // the non-positive exp the softmax family uses. Below -87.34 (results below FLT_MIN) it flushes
+  // to 0 where std::exp returns a denormal: absolute error < 1.2e-38.
+  std::vector<float> y = {0.0f};
+  for (double v = -87.33; v <= 0; v += 0.00031) y.push_back(float(v));
+  y.push_back(-87.5f);
+  y.push_back(-100.0f);
+  y.push_back(-kInfF);
+  const int64_t n = int64_t(y.size());
+  std::vector<float> dy(y.size(), 0.0f);
+  dy[0] = 1.0f;
+  for (k::Isa isa : k::available_isas()) {
+    if (isa == k::Isa::scalar) continue;
+    Config cfg(isa, 1);
+    CAPTURE(k::isa_name(isa));
+    std::vector<float> dx(y.size(), 0.0f);
+    k::log_softmax_backward<float>(1, n, y.data(), dy.data(), dx.data());
+    double worst = 0;
+    for (int64_t i = 1; i < n - 3; ++i) {
+      const double want = std::exp(double(y[size_t(i)]));
+      worst = std::max(worst, std::abs(-double(dx[size_t(i)]) - want) / want);
+    }
+    INFO("exp (x <= 0) worst relative error " << worst / kEps << " eps");
+    CHECK(worst <= 2 * kEps);
+    CHECK(std::abs(dx[size_t(n - 3)]) < 1.2e-38f);
+    CHECK(dx[size_t(n - 2)] == 0.0f);
+    CHECK(dx[size_t(n - 1)] == 0.0f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise
+
+namespace {
+struct UnaryCase {
+  k::Unary op;
+  const char* name;
+  float lo, hi;  // input domain
+  Tol fwd, bwd;  // in units of eps; atol is scaled by max(1, |x|) for the gelus (see below)
+};
+
+// Forward: exp, sigmoid use our exp (2 eps) plus one division; log, tanh, erf are xsimd's (a few
+// ulp). The gelus take atol ~ 8 eps * |x| because the reference's 1 + tanh(u) cancels for
+// negative x (the reference itself is off by that much). Backward: one more multiply-add on top.
+const std::vector<UnaryCase> kUnaryCases = {
+    {k::Unary::neg, "neg", -5, 5, {0, 0}, {0, 0}},
+    {k::Unary::exp, "exp", -20, 20, {0, 4 * kEps}, {0, 6 * kEps}},
+    {k::Unary::log, "log", 0.01f, 50, {2 * kEps, 4 * kEps}, {0, 4 * kEps}},
+    {k::Unary::sqrt, "sqrt", 0.01f, 50, {0, 0}, {0, 4 * kEps}},
+    {k::Unary::abs, "abs", -5, 5, {0, 0}, {0, 0}},
+    {k::Unary::tanh, "tanh", -6, 6, {2 * kEps, 8 * kEps}, {4 * kEps, 8 * kEps}},
+    {k::Unary::sigmoid, "sigmoid", -20, 20, {kEps, 6 * kEps}, {2 * kEps, 8 * kEps}},
+    {k::Unary::relu, "relu", -5, 5, {0, 0}, {0, 0}},
+    {k::Unary::gelu_tanh, "gelu_tanh", -6, 6, {8 * kEps, 8 * kEps}, {16 * kEps, 16 * kEps}},
+    {k::Unary::gelu_erf, "gelu_erf", -6, 6, {8 * kEps, 8 * kEps}, {16 * kEps, 16 * kEps}},
+};
+}  // namespace
+
+TEST_CASE("unary and unary_backward match the reference", "[kernels][elementwise]") {
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(40000));
+  for (const UnaryCase& uc : kUnaryCases) {
+    CAPTURE(uc.name, n, threads);
+    auto x = random_vec(n, uc.lo, uc.hi, 11);
+    if (uc.op == k::Unary::relu || uc.op == k::Unary::abs)
+      for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = 0.0f;  // the kink
+    std::vector<float> want(static_cast<size_t>(n)), dx_want = random_vec(n, -1, 1, 12);
+    const auto dy = random_vec(n, -1, 1, 13);
+    const auto dx0 = dx_want;
+    ref::unary<float>(uc.op, n, x.data(), want.data());
+    ref::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx_want.data());
+    for_each_isa(threads, [&](const std::string&) {
+      std::vector<float> got(static_cast<size_t>(n)), dx = dx0;
+      k::unary<float>(uc.op, n, x.data(), got.data());
+      const bool gelu = uc.op == k::Unary::gelu_tanh || uc.op == k::Unary::gelu_erf;
+      const double scale = gelu ? 6.0 : 1.0;  // |x| <= 6
+      check_close(got, want, Tol{uc.fwd.atol * scale, uc.fwd.rtol}, "forward");
+      // backward from the reference's y, so only the derivative is under test
+      k::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx.data());
+      check_close(dx, dx_want, Tol{uc.bwd.atol * scale + 2 * kEps, uc.bwd.rtol}, "backward");
+    });
+  }
+}
+
+TEST_CASE("affine matches the reference", "[kernels][elementwise]") {
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(70001));
+  const bool accumulate = GENERATE(false, true);
+  CAPTURE(n, threads, accumulate);
+  const auto x = random_vec(n, -2, 2, 21), y0 = random_vec(n, -2, 2, 22);
+  auto want = y0;
+  ref::affine<float>(n, x.data(), 1.5f, -0.25f, want.data(), accumulate);
+  for_each_isa(threads, [&](const std::string&) {
+    auto got = y0;
+    k::affine<float>(n, x.data(), 1.5f, -0.25f, got.data(), accumulate);
+    // at most one fused rounding differs: 2 eps of the terms' size (|terms| <= 5.25)
+    check_close(got, want, Tol{2 * kEps * 5.25, 0}, "affine");
+  });
+}
+
+namespace {
+// A broadcasting case: output shape and each operand's shape (1 on broadcast dims) and layout.
+struct BinaryCase {
+  const char* name;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> a_shape, b_shape;
+  bool a_transposed;  // a stored with its last two dims swapped (a general strided operand)
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    s[d] = shape[d] == 1 ? 0 : acc;  // a size-1 dim of an operand broadcasts: stride 0
+    acc *= shape[d];
+  }
+  return s;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<BinaryCase> binary_cases(int64_t n) {
+  return {
+      {"same-shape", {n}, {n}, {n}, false},
+      {"scalar b", {3, n}, {3, n}, {1, 1}, false},
+      {"scalar a", {n}, {1}, {n}, false},
+      {"row broadcast b", {5, n}, {5, n}, {1, n}, false},
+      {"row broadcast a", {2, 3, n}, {1, 1, n}, {2, 3, n}, false},
+      {"column broadcast b", {4, n}, {4, n}, {4, 1}, false},
+      {"middle broadcast", {2, 3, n}, {2, 3, n}, {2, 1, n}, false},
+      {"transposed a", {3, n}, {3, n}, {1, n}, true},
+      {"transposed a, column b", {n, 3}, {n, 3}, {n, 1}, true},
+  };
+}
+}  // namespace
+
+TEST_CASE("binary and binary_backward match the reference exactly", "[kernels][elementwise]") {
+  // add/sub/mul/div are single IEEE operations in both paths, and the derivatives are the same
+  // expressions (1/b, -a/(b*b)), so the results must be identical; pow uses std::pow in both.
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()), int64_t(20000));
+  for (const BinaryCase& bc : binary_cases(n)) {
+    const int ndim = int(bc.shape.size());
+    auto sa = contiguous_strides(bc.a_shape), sb = contiguous_strides(bc.b_shape);
+    if (bc.a_transposed) {  // a stored as [.., last, second-to-last]
+      const int64_t r = bc.a_shape[size_t(ndim - 2)], c = bc.a_shape[size_t(ndim - 1)];
+      sa[size_t(ndim - 2)] = r == 1 ? 0 : 1;
+      sa[size_t(ndim - 1)] = c == 1 ? 0 : r;
+    }
+    const int64_t total = numel(bc.shape);
+    // b in [0.5, 2] keeps div and pow (positive base) well conditioned
+    const auto a = random_vec(numel(bc.a_shape), 0.5f, 2.0f, 31), b = random_vec(numel(bc.b_shape), 0.5f, 2.0f, 32);
+    const auto dy = random_vec(total, -1, 1, 33);
+    for (k::Binary op : {k::Binary::add, k::Binary::sub, k::Binary::mul, k::Binary::div, k::Binary::pow}) {
+      CAPTURE(bc.name, n, threads, int(op));
+      std::vector<float> want(static_cast<size_t>(total)), ga_want(static_cast<size_t>(total)), gb_want(static_cast<size_t>(total));
+      ref::binary<float>(op, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), want.data());
+      ref::binary_backward<float>(op, 0, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), dy.data(),
+                                  ga_want.data());
+      ref::binary_backward<float>(op, 1, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), dy.data(),
+                                  gb_want.data());
+      for_each_isa(threads, [&](const std::string&) {
+        std::vector<float> got(static_cast<size_t>(total)), ga(static_cast<size_t>(total)), gb(static_cast<size_t>(total));
+        k::binary<float>(op, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), got.data());
+        k::binary_backward<float>(op, 0, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(),
+                                  dy.data(), ga.data());
+        k::binary_backward<float>(op, 1, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(),
+                                  dy.data(), gb.data());
+        check_equal(got, want, "binary");
+        check_equal(ga, ga_want, "d/da");
+        check_equal(gb, gb_want, "d/db");
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions
+
+namespace {
+struct SumToCase {
+  const char* name;
+  std::vector<int64_t> shape, out_shape;  // out_shape has 1 on the reduced dims
+};
+}  // namespace
+
+TEST_CASE("sum_to matches the reference", "[kernels][reduce]") {
+  // Bias-style column sums add rows in the reference's order (exact); other patterns reorder a sum
+  // of m terms: |error| <= m * eps * max|x| (m = elements per output, |x| <= 1).
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
+  const std::vector<SumToCase> cases = {
+      {"all", {7, n}, {1, 1}},         {"bias", {33, n}, {1, n}},       {"rows", {n, 9}, {n, 1}},
+      {"none", {3, n}, {3, n}},        {"middle", {2, n, 5}, {2, 1, 5}}, {"outer+inner", {3, n, 4}, {1, n, 1}},
+      {"bias 3d", {4, 9, n}, {1, 1, n}}, {"big bias", {300, n}, {1, n}},
+  };
+  for (const SumToCase& sc : cases) {
+    CAPTURE(sc.name, n, threads);
+    const int ndim = int(sc.shape.size());
+    const auto os = contiguous_strides(sc.out_shape);
+    const int64_t total = numel(sc.shape), m = total / numel(sc.out_shape);
+    const auto x = random_vec(total, -1, 1, 41);
+    const auto out0 = random_vec(numel(sc.out_shape), -1, 1, 42);
+    auto want = out0;
+    ref::sum_to<float>(ndim, sc.shape.data(), x.data(), os.data(), want.data());
+    std::vector<float> first;
+    for_each_isa(threads, [&](const std::string&) {
+      auto got = out0;
+      k::sum_to<float>(ndim, sc.shape.data(), x.data(), os.data(), got.data());
+      check_close(got, want, Tol{double(m + 1) * kEps, 0}, "sum_to");
+    });
+  }
+}
+
+TEST_CASE("sum_axis and max_axis match the reference", "[kernels][reduce]") {
+  // sum_axis with inner > 1 adds k in the reference's order (exact); inner == 1 reorders:
+  // |error| <= n * eps * max|x|. max_axis is exact, argmax included (first maximum wins).
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
+  for (auto [outer, inner] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 1}, {3, 7}, {2, 33}, {129, 1}, {1, 100}}) {
+    CAPTURE(outer, n, inner, threads);
+    auto x = random_vec(outer * n * inner, -1, 1, 51);
+    for (size_t i = 3; i < x.size(); i += 7) x[i] = x[i - 3];  // ties for argmax
+    std::vector<float> want(static_cast<size_t>(outer * inner)), mwant(static_cast<size_t>(outer * inner));
+    std::vector<int64_t> awant(static_cast<size_t>(outer * inner));
+    ref::sum_axis<float>(outer, n, inner, x.data(), want.data());
+    ref::max_axis<float>(outer, n, inner, x.data(), mwant.data(), awant.data());
+    for_each_isa(threads, [&](const std::string&) {
+      std::vector<float> got(want.size()), mgot(want.size());
+      std::vector<int64_t> agot(want.size());
+      k::sum_axis<float>(outer, n, inner, x.data(), got.data());
+      check_close(got, want, Tol{double(n) * kEps, 0}, "sum_axis");
+      k::max_axis<float>(outer, n, inner, x.data(), mgot.data(), agot.data());
+      check_equal(mgot, mwant, "max_axis");
+      check_equal(agot, awant, "argmax");
+    });
+  }
+}
+
+TEST_CASE("sum_squares matches the reference and is thread-count independent", "[kernels][reduce]") {
+  // Reference: one double accumulator. SIMD: float lanes over 1024-element blocks, blocks in double,
+  // so the error is that of <= 256 float additions per lane: rtol 64 eps covers it with margin
+  // (the sum is of positive terms, so relative error is meaningful).
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(100003), int64_t(1) << 20);
+  CAPTURE(n);
+  const auto x = random_vec(n, -2, 2, 61);
+  const float want = ref::sum_squares<float>(n, x.data());
+  for (k::Isa isa : k::available_isas()) {
+    CAPTURE(k::isa_name(isa));
+    float one, two;
+    {
+      Config cfg(isa, 1);
+      one = k::sum_squares<float>(n, x.data());
+    }
+    {
+      Config cfg(isa, 2);
+      two = k::sum_squares<float>(n, x.data());
+    }
+    CHECK(one == two);
+    CHECK(std::abs(double(one) - want) <= 64 * kEps * want);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax family
+
+namespace {
+struct SoftmaxCase {
+  const char* name;
+  double scale;
+  bool mask, causal;
+  int64_t period, offset;
+  float lo, hi;  // logit range
+};
+const std::vector<SoftmaxCase> kSoftmaxCases = {
+    {"plain", 1.0, false, false, 0, 0, -5, 5},
+    {"scaled", 0.125, false, false, 0, 0, -20, 20},
+    {"mask", 1.0, true, false, 0, 0, -5, 5},
+    {"scaled mask", 0.35, true, false, 0, 0, -5, 5},
+    {"causal", 1.0, false, true, 0, 0, -5, 5},
+    {"causal period 3 offset 2", 0.5, true, true, 3, 2, -5, 5},
+    {"causal offset -1 (masked rows)", 1.0, false, true, 4, -1, -5, 5},
+    {"wide range (underflow)", 1.0, false, false, 0, 0, -200, 50},
+};
+}  // namespace
+
+TEST_CASE("softmax matches the reference", "[kernels][softmax]") {
+  // y = e / sum(e): exp within 2 eps, the sum reordered (n eps worst, relative, all terms positive),
+  // one division. rtol = (8 + n/4) eps; atol 1e-37 covers entries the SIMD exp flushes to 0 where
+  // std::exp gives a denormal.
+  const int threads = GENERATE(1, 2);
+  const int64_t cols = GENERATE(from_range(kSizes.begin(), kSizes.end()));
+  const int64_t rows = GENERATE(1, 3, 67);
+  for (const SoftmaxCase& sc : kSoftmaxCases) {
+    CAPTURE(sc.name, rows, cols, threads);
+    const auto x = random_vec(rows * cols, sc.lo, sc.hi, 71);
+    const int64_t mask_rows = 5;
+    auto mask = random_vec(mask_rows * cols, -2, 0, 72);
+    for (size_t i = 0; i < mask.size(); i += 3) mask[i] = -kInfF;
+    if (cols > 0)
+      for (int64_t c = 0; c < cols; ++c) mask[size_t(2 * cols + c)] = -kInfF;  // mask row 2: all masked
+    k::SoftmaxOptions o;
+    o.scale = sc.scale;
+    if (sc.mask) o.mask = mask.data(), o.mask_rows = mask_rows;
+    o.causal = sc.causal;
+    o.causal_period = sc.period;
+    o.causal_offset = sc.offset;
+    std::vector<float> want(x.size());
+    ref::softmax<float>(rows, cols, x.data(), want.data(), o);
+    for_each_isa(threads, [&](const std::string&) {
+      std::vector<float> got(x.size(), 99.0f);
+      k::softmax<float>(rows, cols, x.data(), got.data(), o);
+      check_close(got, want, Tol{1e-37, (8 + double(cols) / 4) * kEps}, "softmax");
+    });
+  }
+}
+
+TEST_CASE("softmax_backward, log_softmax and log_softmax_backward match the reference", "[kernels][softmax]") {
+  // softmax_backward: dot reordered (cols eps * sum|dy y|), one fma: atol (4 + cols/4) eps * max|dy|.
+  // log_softmax: y = x - lse, lse within a few eps of |lse|: atol 4 eps * (|x| + |lse|) ~ 64 eps.
+  // log_softmax_backward: sum(dy) reordered, exp 2 eps: atol (4 + cols/4) eps * max|dy|.
+  const int threads = GENERATE(1, 2);
+  const int64_t cols = GENERATE(from_range(kSizes.begin(), kSizes.end()));
+  const int64_t rows = GENERATE(1, 3, 67);
+  CAPTURE(rows, cols, threads);
+  const auto x = random_vec(rows * cols, -8, 8, 81);
+  const auto dy = random_vec(rows * cols, -1, 1, 82);
+  const auto dx0 = random_vec(rows * cols, -1, 1, 83);
+  std::vector<float> y(x.size()), ly(x.size());
+  ref::softmax<float>(rows, cols, x.data(), y.data(), {});
+  ref::log_softmax<float>(rows, cols, x.data(), ly.data());
+  auto sb_want = dx0, lb_want = dx0;
+  ref::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb_want.data(), 0.7);
+  ref::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb_want.data());
+  const double red = (4 + double(cols) / 4) * kEps;
+  for_each_isa(threads, [&](const std::string&) {
+    auto sb = dx0, lb = dx0;
+    std::vector<float> lgot(x.size());
+    k::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb.data(), 0.7);
+    check_close(sb, sb_want, Tol{red, 0}, "softmax_backward");
+    k::log_softmax<float>(rows, cols, x.data(), lgot.data());
+    check_close(lgot, ly, Tol{64 * kEps, 0}, "log_softmax");
+    k::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb.data());
+    check_close(lb, lb_want, Tol{red, 0}, "log_softmax_backward");
+  });
+}
+
+TEST_CASE("cross_entropy matches the reference", "[kernels][softmax]") {
+  // Both paths compute lse = max + log(sum exp(x - max)) in float; the reference's sequential sum of
+  // V terms carries up to V/2 eps relative error, log and the final add 2 eps * |lse| (|lse| <= 17
+  // here), so |delta lse| <= (8 + 2|lse| + V/8) eps =: dl.
+  // loss = (1-e)(lse - x_t) + e/V (V lse - sum x): |error| <= 2 dl + e * 4V eps (sum x reordered,
+  // |x| <= 8), plus a few eps of |loss|.
+  // grad = s (p - e/V - (1-e)[v==t]) with p = exp(x - lse): p is off by dl relative, and the
+  // subtraction can cancel, so the limit is absolute in the terms: s (dl p + 4 eps (p + e/V + 1 - e)).
+  const int threads = GENERATE(1, 2);
+  const int64_t V = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()), int64_t(5003));
+  const int64_t rows = GENERATE(1, 7, 40);
+  const double smoothing = GENERATE(0.0, 0.1);
+  const bool with_grad = GENERATE(true, false);
+  CAPTURE(rows, V, smoothing, with_grad, threads);
+  const auto x = random_vec(rows * V, -8, 8, 91);
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  std::mt19937 gen(92);
+  for (auto& v : t) v = int32_t(gen() % uint32_t(V));
+  for (int64_t r = 2; r < rows; r += 3) t[size_t(r)] = -100;  // ignored
+  std::vector<float> loss_want(static_cast<size_t>(rows)), grad_want(x.size());
+  const double gs = 0.25;
+  const int64_t cnt_want = ref::cross_entropy<float>(rows, V, x.data(), t.data(), -100, smoothing, loss_want.data(),
+                                                     grad_want.data(), gs);
+  const double dl = (8 + 2 * 17 + double(V) / 8) * kEps;
+  const double smooth = smoothing / double(V);
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> loss(static_cast<size_t>(rows), 99.0f), grad(x.size(), 99.0f);
+    const int64_t cnt = k::cross_entropy<float>(rows, V, x.data(), t.data(), -100, smoothing, loss.data(),
+                                                with_grad ? grad.data() : nullptr, gs);
+    CHECK(cnt == cnt_want);
+    check_within(loss, loss_want, [&](size_t i) {
+      return 2 * dl + smoothing * 4 * double(V) * kEps + 4 * kEps * std::abs(double(loss_want[i]));
+    }, "row loss");
+    if (!with_grad) return;
+    check_within(grad, grad_want, [&](size_t i) {
+      const int64_t r = int64_t(i) / V, v = int64_t(i) % V;
+      if (t[size_t(r)] == -100) return 0.0;
+      const double on = v == t[size_t(r)] ? 1 - smoothing : 0.0;
+      const double p = double(grad_want[i]) / gs + smooth + on;
+      return gs * (dl * std::abs(p) + 4 * kEps * (std::abs(p) + smooth + on));
+    }, "grad");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm
+
+TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm]") {
+  // The row sums are reordered: mean within s = (4 + 2 sqrt(cols)) eps relative (the random-walk
+  // size of a reordered sum of cols terms, with 2x margin; the worst case would be cols/2 eps), rstd
+  // within 4s. An error of s |mean| in the mean moves xhat = (x - mean) rstd by s |mean| rstd,
+  // which is large when the row's spread is small next to its mean (here mean ~ 10), so per row:
+  //   y, dx: 4 s (|mean| rstd + max|xhat|) max|gamma|
+  //   dgamma: rows terms of size |dy| |xhat|, each off by the row's limit, plus their reordering;
+  //   dbeta: rows terms of size <= 1, added in blocks: (rows + 1) eps.
+  const int threads = GENERATE(1, 2);
+  const int64_t cols = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
+  const int64_t rows = GENERATE(1, 3, 130);
+  const int affine = GENERATE(0, 1, 2, 3);  // bit 0: gamma, bit 1: beta
+  CAPTURE(rows, cols, affine, threads);
+  auto x = random_vec(rows * cols, -3, 3, 101);
+  for (auto& v : x) v += 10.0f;  // an offset mean: the variance must not cancel
+  const auto gamma = random_vec(cols, 0.5f, 1.5f, 102), beta = random_vec(cols, -1, 1, 103);
+  const float* g = affine & 1 ? gamma.data() : nullptr;
+  const float* b = affine & 2 ? beta.data() : nullptr;
+  const auto dy = random_vec(rows * cols, -1, 1, 104);
+  const auto dx0 = random_vec(rows * cols, -1, 1, 105), dg0 = random_vec(cols, -1, 1, 106),
+             db0 = random_vec(cols, -1, 1, 107);
+  std::vector<float> y_want(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+  ref::layer_norm<float>(rows, cols, x.data(), g, b, 1e-5, y_want.data(), mean.data(), rstd.data());
+  auto dx_want = dx0, dg_want = dg0, db_want = db0;
+  ref::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx_want.data(),
+                                  dg_want.data(), db_want.data());
+  const double sum_err = (4 + 2 * std::sqrt(double(cols))) * kEps;
+  std::vector<double> row_lim(static_cast<size_t>(rows));
+  double max_row = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double xh = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      xh = std::max(xh, std::abs(double(x[size_t(r * cols + c)]) - mean[size_t(r)]) * rstd[size_t(r)]);
+    row_lim[size_t(r)] = 4 * sum_err * (std::abs(double(mean[size_t(r)])) * rstd[size_t(r)] + xh) * 1.5;
+    max_row = std::max(max_row, row_lim[size_t(r)]);
+  }
+  auto elem_limit = [&](const std::vector<float>&) { return [&](size_t i) { return row_lim[size_t(int64_t(i) / cols)]; }; };
+  const double col_limit = double(rows) * (max_row + (4 + double(rows) / 4) * kEps * 4);
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> y(x.size()), m(static_cast<size_t>(rows)), rs(static_cast<size_t>(rows));
+    k::layer_norm<float>(rows, cols, x.data(), g, b, 1e-5, y.data(), m.data(), rs.data());
+    check_within(y, y_want, elem_limit(y), "y");
+    check_close(m, mean, Tol{0, sum_err}, "mean");
+    check_close(rs, rstd, Tol{0, 4 * sum_err}, "rstd");
+    auto dx = dx0, dg = dg0, db = db0;
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
+                                  db.data());
+    check_within(dx, dx_want, elem_limit(dx), "dx");
+    check_close(dg, dg_want, Tol{col_limit, 0}, "dgamma");
+    check_close(db, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta");
+    // any subset of the outputs may be skipped
+    auto dx2 = dx0, db2 = db0;
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx2.data(), nullptr,
+                                  db2.data());
+    check_within(dx2, dx_want, elem_limit(dx2), "dx (no dgamma)");
+    check_close(db2, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta (no dgamma)");
+    auto dg3 = dg0;
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), nullptr, dg3.data(),
+                                  nullptr);
+    check_close(dg3, dg_want, Tol{col_limit, 0}, "dgamma (no dx)");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexing and optimizer
+
+TEST_CASE("embedding gather and scatter-add match the reference exactly", "[kernels][indexing]") {
+  // The scatter-add adds repeated ids in index order, as the reference: bitwise equal.
+  const int threads = GENERATE(1, 2);
+  const int64_t dim = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
+  const int64_t n = GENERATE(1, 5, 300);
+  CAPTURE(n, dim, threads);
+  const int64_t vocab = 17;
+  const auto table = random_vec(vocab * dim, -1, 1, 111);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::mt19937 gen(112);
+  for (auto& i : ids) i = int32_t(gen() % 7);  // few distinct ids: many repeats
+  const auto dy = random_vec(n * dim, -1, 1, 113);
+  std::vector<float> y_want(static_cast<size_t>(n * dim));
+  auto dt_want = table;
+  ref::embedding<float>(n, dim, table.data(), ids.data(), y_want.data());
+  ref::embedding_backward<float>(n, dim, ids.data(), dy.data(), dt_want.data());
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> y(y_want.size());
+    auto dt = table;
+    k::embedding<float>(n, dim, table.data(), ids.data(), y.data());
+    k::embedding_backward<float>(n, dim, ids.data(), dy.data(), dt.data());
+    check_equal(y, y_want, "embedding");
+    check_equal(dt, dt_want, "embedding_backward");
+  });
+}
+
+TEST_CASE("adam_update matches the reference", "[kernels][optim]") {
+  // Same operations in the same order as the reference, but g++ contracts a * b + c into one fma
+  // under -mfma, which changes one rounding per operation. Where terms cancel (g = grad + wd * p,
+  // or p shrinking toward 0) the relative error is unbounded, so limits are absolute in the scale
+  // of each array's terms (|p| <= 1, |g| <= 1.01, v <= 3 (1 - beta2) g^2): 16 eps of that scale.
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(50001));
+  const bool decoupled = GENERATE(false, true);
+  CAPTURE(n, decoupled, threads);
+  const auto p0 = random_vec(n, -1, 1, 121), g = random_vec(n, -1, 1, 122);
+  for_each_isa(threads, [&](const std::string&) {
+    auto pw = p0, p = p0;
+    std::vector<float> mw(size_t(n), 0.0f), vw(size_t(n), 0.0f), m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const k::AdamParams ap{1e-3, 0.9, 0.999, 1e-8, 0.01, decoupled, step};
+      ref::adam_update<float>(n, pw.data(), g.data(), mw.data(), vw.data(), ap);
+      k::adam_update<float>(n, p.data(), g.data(), m.data(), v.data(), ap);
+    }
+    check_close(p, pw, Tol{16 * kEps, 0}, "param");
+    check_close(m, mw, Tol{16 * kEps * 1.01, 0}, "m");
+    check_close(v, vw, Tol{16 * kEps * 3e-3 * 1.03, 0}, "v");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread-count independence of everything that reduces across rows or blocks.
+
+TEST_CASE("reductions give bitwise the same result with 1 and 2 threads", "[kernels][determinism]") {
+  const int64_t rows = GENERATE(257, 1000), cols = GENERATE(33, 257);
+  CAPTURE(rows, cols);
+  const auto x = random_vec(rows * cols, -3, 3, 131), dy = random_vec(rows * cols, -1, 1, 132);
+  const auto gamma = random_vec(cols, 0.5f, 1.5f, 133);
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) t[size_t(r)] = int32_t((r * 7) % cols);
+  for (k::Isa isa : k::available_isas()) {
+    CAPTURE(k::isa_name(isa));
+    std::vector<float> outs[2][8];
+    for (int threads = 1; threads <= 2; ++threads) {
+      Config cfg(isa, threads);
+      auto& o = outs[threads - 1];
+      std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+      k::layer_norm<float>(rows, cols, x.data(), gamma.data(), nullptr, 1e-5, y.data(), mean.data(), rstd.data());
+      std::vector<float> dx(x.size(), 0.0f), dg(size_t(cols), 0.0f), db(size_t(cols), 0.0f);
+      k::layer_norm_backward<float>(rows, cols, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
+                                    dx.data(), dg.data(), db.data());
+      o[0] = dx, o[1] = dg, o[2] = db;
+      std::vector<float> bias(size_t(cols), 0.0f);
+      const int64_t shape[2] = {rows, cols}, os[2] = {0, 1};
+      k::sum_to<float>(2, shape, x.data(), os, bias.data());
+      o[3] = bias;
+      std::vector<float> total(1, 0.0f);
+      const int64_t all[2] = {0, 0};
+      k::sum_to<float>(2, shape, x.data(), all, total.data());
+      o[4] = total;
+      std::vector<float> sa(static_cast<size_t>(cols));
+      k::sum_axis<float>(1, rows, cols, x.data(), sa.data());
+      o[5] = sa;
+      std::vector<float> loss(static_cast<size_t>(rows)), grad(x.size());
+      k::cross_entropy<float>(rows, cols, x.data(), t.data(), -1, 0.1, loss.data(), grad.data(), 1.0 / double(rows));
+      o[6] = loss;
+      o[7] = {k::sum_squares<float>(rows * cols, x.data())};
+    }
+    const char* names[8] = {"dx", "dgamma", "dbeta", "bias sum", "total sum", "sum_axis", "ce loss", "sum_squares"};
+    for (int i = 0; i < 8; ++i) check_equal(outs[1][i], outs[0][i], names[i]);
+  }
+}
