@@ -14,7 +14,10 @@
 // packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -102,5 +105,35 @@ T* scratch(int slot, int64_t elems) {
   thread_local Scratch s[2];
   return static_cast<T*>(s[slot].get(size_t(elems) * sizeof(T)));
 }
+
+// ---------------------------------------------------------------------------------------------
+// A team barrier that yields. libgomp's own barriers spin (GOMP_SPINCOUNT, ~5 ms here) before they
+// sleep, so on a machine shared with other work a thread waiting for a descheduled partner that sits
+// on the same core burns the partner's time slice: 256^3 on 2 threads took 12 ms instead of 0.15 ms
+// while two other test programs ran. Here a waiter spins briefly, then calls sched_yield() so a
+// partner queued on the same core runs (OpenBLAS's thread server does the same).
+class TeamBarrier {
+ public:
+  explicit TeamBarrier(int n) : n_(n) {}
+  void wait() {
+    const int gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.store(gen + 1, std::memory_order_release);
+      return;
+    }
+    for (int spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
+      if (spin < 4000)
+        __builtin_ia32_pause();
+      else
+        sched_yield();
+    }
+  }
+
+ private:
+  alignas(64) std::atomic<int> arrived_{0};
+  alignas(64) std::atomic<int> generation_{0};
+  int n_;
+};
 
 }  // namespace tapegrad::kernels::simd::gemm_detail

@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/simd/gemm_config.hpp"
@@ -79,18 +80,17 @@ struct GemmDriver {
     }
   }
 
-  // The loop nest above, for thread `tid` of `nt`. a_buf is shared by the team, sized for one
-  // packed A block.
-  static void run_thread(const Problem& pr, int tid, int nt, T* a_buf) {
+  // The loop nest above, for thread `tid` of `nt`. a_buf is shared by the team: two packed A blocks
+  // (double buffering, so one barrier per block suffices: block b+1 is packed into the buffer block
+  // b-1 used, and every thread left block b-1 before it entered the barrier of block b).
+  static void run_thread(const Problem& pr, int tid, int nt, T* a_buf, TeamBarrier* barrier) {
     const Blocking& bk = blocking<Arch, T>();
     const int64_t M = pr.M, N = pr.N, K = pr.K;
 
     // Even block sizes: ceil(K / kc) blocks of equal depth rather than kc, kc, ..., remainder.
-    const int64_t nkb = ceil_div(K, bk.kc);
-    const int64_t kc = ceil_div(K, nkb);
-    const int64_t nmb = ceil_div(M, bk.mc);
-    const int64_t mc = round_up(ceil_div(M, nmb), MR);
-    const int64_t b_stride = panel_stride<T>(kc, NR, W);
+    const int64_t kc = ceil_div(K, ceil_div(K, bk.kc));
+    const int64_t mc = round_up(ceil_div(M, ceil_div(M, bk.mc)), MR);
+    const int64_t a_block = ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
 
     const int64_t n_panels = ceil_div(N, NR);
     int tm, tn;
@@ -99,37 +99,30 @@ struct GemmDriver {
     const int64_t n_lo = std::min(N, split_begin(n_panels, tn, t_n) * NR);
     const int64_t n_hi = std::min(N, split_begin(n_panels, tn, t_n + 1) * NR);
     const int64_t my_n = n_hi - n_lo;
-    const int64_t nnb = std::max<int64_t>(1, ceil_div(my_n, bk.nc));
-    const int64_t nc = round_up(ceil_div(my_n, nnb), NR);
-    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * b_stride) : nullptr;
+    const int64_t nc = round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, bk.nc))), NR);
+    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR, W)) : nullptr;
 
     const auto& edge = kernels();
+    int64_t block = 0;
     for (int64_t i0 = 0; i0 < M; i0 += mc) {
       const int64_t mb = std::min(mc, M - i0);
       const int64_t mb_panels = ceil_div(mb, MR);
       const int64_t mp_lo = split_begin(mb_panels, tm, t_m), mp_hi = split_begin(mb_panels, tm, t_m + 1);
-      for (int64_t k0 = 0; k0 < K; k0 += kc) {
+      for (int64_t k0 = 0; k0 < K; k0 += kc, ++block) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
-        // Barriers only inside our own team: an orphaned barrier with nt == 1 would bind to an
-        // enclosing region (gemm_batched's parallel loop) and deadlock it.
-        if (nt > 1 && (i0 > 0 || k0 > 0)) {
-#pragma omp barrier
-        }
-        pack_panels<Arch, T, MR>(mb, kb, pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_rs, pr.a_cs, a_buf,
-                                 panel_stride<T>(kb, MR, W), split_begin(mb_panels, nt, tid),
-                                 split_begin(mb_panels, nt, tid + 1));
-        if (nt > 1) {
-#pragma omp barrier
-        }
         const int64_t as = panel_stride<T>(kb, MR, W), bs = panel_stride<T>(kb, NR, W);
+        T* a_cur = a_buf + (block % 2) * a_block;
+        pack_panels<Arch, T, MR>(mb, kb, pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_rs, pr.a_cs, a_cur, as,
+                                 split_begin(mb_panels, nt, tid), split_begin(mb_panels, nt, tid + 1));
+        if (nt > 1) barrier->wait();
         for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
           pack_panels<Arch, T, NR>(nb, kb, pr.b + j0 * pr.b_rs + k0 * pr.b_cs, pr.b_rs, pr.b_cs, b_buf, bs, 0,
                                    nb_panels);
           for (int64_t ip = mp_lo; ip < mp_hi; ++ip) {
-            const T* ap = a_buf + ip * as;
+            const T* ap = a_cur + ip * as;
             const int rows = int(std::min<int64_t>(MR, mb - ip * MR));
             T* c_row = pr.c + (i0 + ip * MR) * pr.ldc + j0;
             for (int64_t jp = 0; jp < nb_panels; ++jp) {
@@ -145,13 +138,17 @@ struct GemmDriver {
         }
       }
     }
+    // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
+    if (nt > 1) barrier->wait();
   }
 
+  // Elements of a_buf: two packed A blocks when there is more than one block, else one.
   static int64_t a_buf_elems(int64_t M, int64_t K) {
     const Blocking& bk = blocking<Arch, T>();
     const int64_t kc = ceil_div(K, ceil_div(K, bk.kc));
     const int64_t mc = round_up(ceil_div(M, ceil_div(M, bk.mc)), MR);
-    return ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
+    const int64_t blocks = ceil_div(K, kc) * ceil_div(M, mc);
+    return std::min<int64_t>(blocks, 2) * ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
   }
 
   // One GEMM on up to nt threads.
@@ -165,15 +162,24 @@ struct GemmDriver {
     Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? ldb : 1, tb ? 1 : ldb, C, ldc};
     const double flops = 2.0 * double(M) * double(N) * double(K);
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
-    // No point in more threads than tiles.
+    // No more threads than tiles; none at all inside someone else's parallel region.
     nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
+    if (omp_in_parallel()) nt = 1;
     T* a_buf = scratch<T>(0, a_buf_elems(M, K));
     if (nt <= 1) {
-      run_thread(pr, 0, 1, a_buf);
+      run_thread(pr, 0, 1, a_buf, nullptr);
       return;
     }
+    TeamBarrier barrier(nt);
 #pragma omp parallel num_threads(nt)
-    run_thread(pr, omp_get_thread_num(), omp_get_num_threads(), a_buf);
+    {
+      // The runtime may grant fewer threads than asked (OMP_DYNAMIC, thread limits): then thread 0
+      // does it all, since the barrier counts on nt arrivals.
+      if (omp_get_num_threads() == nt)
+        run_thread(pr, omp_get_thread_num(), nt, a_buf, &barrier);
+      else if (omp_get_thread_num() == 0)
+        run_thread(pr, 0, 1, a_buf, nullptr);
+    }
   }
 
   // Batched: small matrices go one per thread (no barriers, private buffers); large ones, or a
@@ -190,10 +196,18 @@ struct GemmDriver {
         gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, nt);
       return;
     }
+    // Matrices are handed out one at a time from a shared counter, so a thread that the OS delays
+    // (the machine is shared) costs its own share only, not everyone's.
     const int team = int(std::min<int64_t>(nt, batch));
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+    std::atomic<int64_t> next{0};
+    TeamBarrier barrier(team);
+#pragma omp parallel num_threads(team)
+    {
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < batch;
+           i = next.fetch_add(1, std::memory_order_relaxed))
+        gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+      if (omp_get_num_threads() == team) barrier.wait();
+    }
   }
 };
 

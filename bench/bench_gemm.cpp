@@ -1,0 +1,200 @@
+// GEMM benchmark: tapegrad's SIMD GEMM against OpenBLAS (cblas_sgemm) in the same run.
+//
+// Rows are named gemm/<impl>/<ta><tb>/<M>x<K>x<N>/omp:<threads> (impl tapegrad or openblas) and
+// report GFLOP/s = 2*M*N*K / real time. Each (shape, transpose, threads) runs tapegrad and then
+// OpenBLAS back to back, so their ratio is measured under the same machine load. Shapes: squares
+// 64..1024 (plus odd 257 and 1000) and the Transformer shapes of a d_model = 256 model with 2048
+// tokens per batch (projections 2048x256x256, FFN up 2048x256x1024 and down 2048x1024x256), every
+// transpose combination (nt and tn are the two products of matmul's backward), 1 and 2 threads.
+// Also gemm_batched/<impl>/nn/<batch>x<M>x<K>x<N>/omp:<t> for attention-sized batches (OpenBLAS
+// runs a loop of sgemm calls there: it has no batched interface).
+// Before a tapegrad row is timed, its result is checked against float64 dot products on every
+// element of the first and last rows and columns and 512 random ones; a wrong result aborts.
+// Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`: those force OpenBLAS onto a slower kernel.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+#ifdef TAPEGRAD_HAVE_OPENBLAS
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+
+namespace k = tapegrad::kernels;
+
+namespace {
+
+struct Shape {
+  int64_t M, K, N;
+};
+
+// One set of operands per shape, allocated and first-touched once, reused by every row.
+struct Buffers {
+  std::vector<float> A, B, C;
+};
+
+Buffers& buffers(int64_t batch, const Shape& s) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Buffers>> cache;
+  auto& slot = cache[{batch, s.M, s.K, s.N}];
+  if (!slot) {
+    slot = std::make_unique<Buffers>();
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    slot->A.resize(size_t(batch * s.M * s.K));
+    slot->B.resize(size_t(batch * s.K * s.N));
+    slot->C.assign(size_t(batch * s.M * s.N), 0.f);
+    for (auto& x : slot->A) x = dist(rng);
+    for (auto& x : slot->B) x = dist(rng);
+  }
+  return *slot;
+}
+
+// Stored matrices are packed (ld = stored width): A is M x K (or K x M transposed), B K x N (N x K).
+struct Op {
+  bool ta, tb;
+  int64_t lda(const Shape& s) const { return ta ? s.M : s.K; }
+  int64_t ldb(const Shape& s) const { return tb ? s.K : s.N; }
+  std::string name() const { return std::string(ta ? "t" : "n") + (tb ? "t" : "n"); }
+};
+
+// Checks C = op(A) op(B) on edge rows/columns and random elements against float64 dot products,
+// with the bound 2 (K + 2) eps sum_k |a_ik b_kj| (see tests/kernels/test_gemm.cpp). Aborts if wrong.
+void verify(const char* what, const Op& op, const Shape& s, const float* A, const float* B, const float* C) {
+  const int64_t lda = op.lda(s), ldb = op.ldb(s);
+  auto check = [&](int64_t i, int64_t j) {
+    double dot = 0, mag = 0;
+    for (int64_t k = 0; k < s.K; ++k) {
+      const double a = op.ta ? A[k * lda + i] : A[i * lda + k];
+      const double b = op.tb ? B[j * ldb + k] : B[k * ldb + j];
+      dot += a * b, mag += std::abs(a * b);
+    }
+    const double err = std::abs(double(C[i * s.N + j]) - dot);
+    if (!(err <= 2.0 * double(s.K + 2) * std::numeric_limits<float>::epsilon() * mag + 1e-30)) {
+      std::fprintf(stderr, "bench_gemm: WRONG RESULT in %s %s M=%ld K=%ld N=%ld at C[%ld,%ld]: %.9g, expected %.9g\n",
+                   what, op.name().c_str(), long(s.M), long(s.K), long(s.N), long(i), long(j), double(C[i * s.N + j]),
+                   dot);
+      std::abort();
+    }
+  };
+  for (int64_t j = 0; j < s.N; ++j) check(0, j), check(s.M - 1, j);
+  for (int64_t i = 0; i < s.M; ++i) check(i, 0), check(i, s.N - 1);
+  std::mt19937 rng(7);
+  for (int r = 0; r < 512; ++r) check(int64_t(rng() % uint64_t(s.M)), int64_t(rng() % uint64_t(s.N)));
+}
+
+void set_flops(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bench_tapegrad(benchmark::State& state, Op op, Shape s, int threads) {
+  k::set_num_threads(threads);
+  Buffers& b = buffers(1, s);
+  auto run = [&] {
+    k::gemm<float>(op.ta, op.tb, s.M, s.N, s.K, 1.f, b.A.data(), op.lda(s), b.B.data(), op.ldb(s), 0.f, b.C.data(),
+                   s.N);
+  };
+  static std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, int>, bool> verified;
+  if (bool& done = verified[{op.ta, op.tb, s.M, s.K, s.N, threads}]; !done) {
+    std::fill(b.C.begin(), b.C.end(), std::numeric_limits<float>::quiet_NaN());  // beta = 0 must not read C
+    run();
+    verify("tapegrad", op, s, b.A.data(), b.B.data(), b.C.data());
+    done = true;
+  }
+  for (auto _ : state) {
+    run();
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(s.M) * double(s.N) * double(s.K));
+}
+
+void bench_tapegrad_batched(benchmark::State& state, int64_t batch, Shape s, int threads) {
+  k::set_num_threads(threads);
+  Buffers& b = buffers(batch, s);
+  for (auto _ : state) {
+    k::gemm_batched<float>(batch, false, false, s.M, s.N, s.K, 1.f, b.A.data(), s.K, s.M * s.K, b.B.data(), s.N,
+                           s.K * s.N, 0.f, b.C.data(), s.N, s.M * s.N);
+    benchmark::ClobberMemory();
+  }
+  verify("tapegrad batched (last matrix)", Op{false, false}, s, b.A.data() + (batch - 1) * s.M * s.K,
+         b.B.data() + (batch - 1) * s.K * s.N, b.C.data() + (batch - 1) * s.M * s.N);
+  set_flops(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K));
+}
+
+#ifdef TAPEGRAD_HAVE_OPENBLAS
+void sgemm(const Op& op, const Shape& s, const float* A, const float* B, float* C) {
+  cblas_sgemm(CblasRowMajor, op.ta ? CblasTrans : CblasNoTrans, op.tb ? CblasTrans : CblasNoTrans, int(s.M),
+              int(s.N), int(s.K), 1.f, A, int(op.lda(s)), B, int(op.ldb(s)), 0.f, C, int(s.N));
+}
+
+void bench_openblas(benchmark::State& state, Op op, Shape s, int threads) {
+  openblas_set_num_threads(threads);
+  Buffers& b = buffers(1, s);
+  for (auto _ : state) {
+    sgemm(op, s, b.A.data(), b.B.data(), b.C.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(s.M) * double(s.N) * double(s.K));
+}
+
+void bench_openblas_batched(benchmark::State& state, int64_t batch, Shape s, int threads) {
+  openblas_set_num_threads(threads);
+  Buffers& b = buffers(batch, s);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < batch; ++i)
+      sgemm(Op{false, false}, s, b.A.data() + i * s.M * s.K, b.B.data() + i * s.K * s.N, b.C.data() + i * s.M * s.N);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K));
+}
+#endif
+
+std::string shape_name(const Shape& s) {
+  return std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Shape> shapes = {
+      {64, 64, 64},     {128, 128, 128},   {256, 256, 256},    {257, 257, 257},   {512, 512, 512},
+      {1000, 1000, 1000}, {1024, 1024, 1024}, {2048, 256, 256}, {2048, 256, 1024}, {2048, 1024, 256},
+  };
+  const std::vector<Op> ops = {{false, false}, {false, true}, {true, false}, {true, true}};
+  for (const Shape& s : shapes)
+    for (const Op& op : ops)
+      for (int t : {1, 2}) {
+        const std::string tail = "/" + op.name() + "/" + shape_name(s) + "/omp:" + std::to_string(t);
+        benchmark::RegisterBenchmark(("gemm/tapegrad" + tail).c_str(), bench_tapegrad, op, s, t)->UseRealTime();
+#ifdef TAPEGRAD_HAVE_OPENBLAS
+        benchmark::RegisterBenchmark(("gemm/openblas" + tail).c_str(), bench_openblas, op, s, t)->UseRealTime();
+#endif
+      }
+  // Attention: (batch * heads) x (T x T x head_dim) and its (T x head_dim x T) partner.
+  const std::vector<std::pair<int64_t, Shape>> batched = {{256, {32, 32, 32}}, {128, {64, 64, 64}}};
+  for (const auto& [batch, s] : batched)
+    for (int t : {1, 2}) {
+      const std::string tail = "/nn/" + std::to_string(batch) + "x" + shape_name(s) + "/omp:" + std::to_string(t);
+      benchmark::RegisterBenchmark(("gemm_batched/tapegrad" + tail).c_str(), bench_tapegrad_batched, batch, s, t)
+          ->UseRealTime();
+#ifdef TAPEGRAD_HAVE_OPENBLAS
+      benchmark::RegisterBenchmark(("gemm_batched/openblas" + tail).c_str(), bench_openblas_batched, batch, s, t)
+          ->UseRealTime();
+#endif
+    }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
