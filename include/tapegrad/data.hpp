@@ -23,18 +23,22 @@ enum class Tokenization { chars, whitespace };
 const char* tokenization_name(Tokenization t);
 Tokenization parse_tokenization(const std::string& name);  // "chars" | "whitespace"; throws Error
 
-// Splits a line into tokens: one token per UTF-8 byte sequence (chars) or per whitespace-separated word.
+// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
+// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
 std::vector<std::string> tokenize(const std::string& line, Tokenization t);
 // Joins tokens back: concatenated (chars) or space-separated (whitespace).
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
+// Byte offset of the first malformed UTF-8 byte in `s`, or -1 if `s` is valid UTF-8.
+int64_t first_invalid_utf8(const std::string& s);
 
 class Vocab {
  public:
   Vocab();  // only the four specials
   // Specials, then every token of `sequences` in order of first appearance (deterministic).
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
+  // Specials, then exactly these tokens with ids 4, 5, ...; throws Error on a duplicate or a special.
   static Vocab from_tokens(const std::vector<std::string>& tokens_after_specials);
-  int32_t add(const std::string& token);  // returns its id (existing or new)
+  int32_t add(const std::string& token);       // returns its id (existing or new)
   int32_t id(const std::string& token) const;  // kUnk if unknown
   const std::string& token(int32_t id) const;  // throws IndexError if out of range
   int64_t size() const { return int64_t(tokens_.size()); }
@@ -42,7 +46,9 @@ class Vocab {
   // Stops at <eos>; drops <pad> and <bos>.
   std::vector<std::string> decode(const std::vector<int32_t>& ids) const;
   const std::vector<std::string>& tokens() const { return tokens_; }
-  // JSON array of all tokens (specials included), and back; from_json validates and throws IoError.
+  // JSON array of all tokens (specials included), and back; from_json validates (an array of
+  // distinct, non-empty strings starting with the four specials in order) and throws IoError.
+  // to_json throws Error if a token is not valid UTF-8 (JSON cannot carry it).
   std::string to_json() const;
   static Vocab from_json(const std::string& json);
 
@@ -57,9 +63,9 @@ struct Example {
 };
 
 struct Batch {
-  Tensor src;      // int32 [B, S], <pad>-padded
-  Tensor tgt_in;   // int32 [B, T]: <bos> t1 .. tn, <pad>-padded
-  Tensor tgt_out;  // int32 [B, T]: t1 .. tn <eos>, <pad>-padded
+  Tensor src;                             // int32 [B, S], <pad>-padded
+  Tensor tgt_in;                          // int32 [B, T]: <bos> t1 .. tn, <pad>-padded
+  Tensor tgt_out;                         // int32 [B, T]: t1 .. tn <eos>, <pad>-padded
   std::vector<int64_t> src_len, tgt_len;  // real lengths (tgt_len counts <eos>)
   int64_t batch_size() const { return int64_t(src_len.size()); }
   int64_t target_tokens() const;  // non-pad tokens in tgt_out
@@ -70,10 +76,12 @@ Batch make_batch(const std::vector<Example>& examples);
 
 // ---- built-in tasks, generated from a seed ----------------------------------------------------
 struct TaskOptions {
-  int min_len = 8;      // source length range (inclusive)
+  int min_len = 8;  // source length range (inclusive), in tokens
   int max_len = 16;
-  int symbols = 10;     // distinct content symbols, at most 26 (letters a..)
+  int symbols = 10;  // distinct content symbols, at most 26 (letters a..)
 };
+// Throws Error naming the offending option (and the task) if `options` make no sense for it.
+void validate_task_options(const std::string& task, const TaskOptions& options);
 
 // A task produces examples from a Generator; its vocabulary is fixed by its options.
 class Task {
@@ -82,16 +90,26 @@ class Task {
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
   virtual Example sample(Generator& gen) const = 0;
+  // n examples from successive draws of `gen`.
+  std::vector<Example> sample_many(Generator& gen, int64_t n) const;
   const Vocab& vocab() const { return vocab_; }
+  const TaskOptions& options() const { return options_; }
   Tokenization tokenization() const { return Tokenization::chars; }
 
  protected:
   Vocab vocab_;
+  TaskOptions options_;
 };
 
-// Names: copy, reverse, sort, recall (long-range: key-value pairs then a query key; the target is the
-// value stored with it, possibly far back), rotate (order-sensitive: the first digit k says how far to
-// rotate the rest). Throws Error naming the valid tasks for an unknown name.
+// Names (formats in src/data/tasks.cpp, letters a.. are the `symbols` content symbols):
+//   copy     "cabd"        -> "cabd"
+//   reverse  "cabd"        -> "dbac"
+//   sort     "cabd"        -> "abcd"        (ascending, repeats kept)
+//   recall   "a3c7b1?c"    -> "7"           (long-range: distinct keys with digit values, then '?' and
+//                                             a key; the target is its value, uniformly any pair)
+//   rotate   "2abcde"      -> "cdeab"       (order-sensitive: rotate the symbols left by the digit)
+// Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
+// Throws Error naming the valid tasks for an unknown name, or the bad option.
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& options);
 std::vector<std::string> task_names();
 
@@ -100,8 +118,12 @@ struct TextPair {
   std::vector<std::string> src, tgt;
 };
 // Reads `source<TAB>target` lines (blank lines and lines starting with '#' are skipped). A line
-// without exactly one tab, or with an empty side, throws IoError "PATH:LINE: ..."; a missing file too.
+// without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
+// "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
 std::vector<TextPair> read_tsv(const std::string& path, Tokenization t);
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab);
+// One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
+// in order of first appearance.
+Vocab vocab_from_pairs(const std::vector<TextPair>& pairs);
 
 }  // namespace tapegrad::data
