@@ -156,7 +156,7 @@ void affine_f32(int64_t n, const float* x, float scale, float shift, float* y, b
 inline int stride_kind(int64_t s) { return s == 0 ? 0 : (s == 1 ? 1 : 2); }
 
 template <class Arch, int K>
-Batch<Arch> load_kind(const float* p, int64_t s, int64_t j) {
+TG_INLINE Batch<Arch> load_kind(const float* p, int64_t s, int64_t j) {
   using B = Batch<Arch>;
   if constexpr (K == 0) {
     return B(p[0]);

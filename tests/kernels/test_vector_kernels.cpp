@@ -160,7 +160,7 @@ TEST_CASE("exp: relative error bound over the float range, edge values", "[kerne
 
 TEST_CASE("exp for softmax (x <= 0), seen through log_softmax_backward", "[kernels][exp]") {
   // log_softmax_backward with dy = e_0 gives dx[i] = -exp(y[i]) exactly for i >= 1: a window onto
-  // the non-positive exp the softmax family uses. Below -87.34 (results below FLT_MIN) it flushes
+  // the non-positive exp the softmax family uses. Below -87.34 (results below FLT_MIN) it may flush
   // to 0 where std::exp returns a denormal: absolute error < 1.2e-38.
   std::vector<float> y = {0.0f};
   for (double v = -87.33; v <= 0; v += 0.00031) y.push_back(float(v));
@@ -176,15 +176,23 @@ TEST_CASE("exp for softmax (x <= 0), seen through log_softmax_backward", "[kerne
     CAPTURE(k::isa_name(isa));
     std::vector<float> dx(y.size(), 0.0f);
     k::log_softmax_backward<float>(1, n, y.data(), dy.data(), dx.data());
-    double worst = 0;
+    // Stated bound (math.hpp, exp_nonpositive): (0.8 + |x|/48) eps relative with a true fma (the
+    // one-step reduction), 2 eps without (SSE2); checked as (1 + |x|/40) eps. Reported: the worst
+    // on [-10, 0] and overall.
+    double worst = 0, worst_near = 0, worst_ratio = 0;
     for (int64_t i = 1; i < n - 3; ++i) {
-      const double want = std::exp(double(y[size_t(i)]));
-      worst = std::max(worst, std::abs(-double(dx[size_t(i)]) - want) / want);
+      const double yi = y[size_t(i)], want = std::exp(yi);
+      const double rel = std::abs(-double(dx[size_t(i)]) - want) / want;
+      worst = std::max(worst, rel);
+      if (yi >= -10) worst_near = std::max(worst_near, rel);
+      worst_ratio = std::max(worst_ratio, rel / ((1 + std::abs(yi) / 40) * kEps));
     }
-    INFO("exp (x <= 0) worst relative error " << worst / kEps << " eps");
-    CHECK(worst <= 2 * kEps);
+    INFO("exp (x <= 0) worst relative error " << worst / kEps << " eps overall, " << worst_near / kEps
+                                             << " eps on [-10, 0]");
+    CHECK(worst_ratio <= 1.0);
+    // Below FLT_MIN: the denormal (AVX-512, scalef) or 0 (flushed, elsewhere); -inf: exactly 0.
     CHECK(std::abs(dx[size_t(n - 3)]) < 1.2e-38f);
-    CHECK(dx[size_t(n - 2)] == 0.0f);
+    CHECK(std::abs(dx[size_t(n - 2)]) < 1.2e-38f);
     CHECK(dx[size_t(n - 1)] == 0.0f);
   }
 }
