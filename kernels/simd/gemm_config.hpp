@@ -4,11 +4,12 @@
 // Every number that shapes the GEMM lives here so that tuning touches one file. Roles, in row-major
 // terms (C is M x N, rows of C are contiguous):
 //   - NR (the vector side) runs along N: a micro-tile row is NR/W vectors of C.
-//   - MR (the broadcast side) runs along M: each element of the packed A micro-panel is broadcast.
-//   - kc: depth of a packed block. An A micro-panel (MR x kc) stays in L1 while the inner loop streams
-//     every B micro-panel (kc x NR) of the packed B block past it.
+//   - MR (the broadcast side) runs along M: each element of MR rows of A is broadcast in turn.
+//   - kc: depth of a block. MR rows of A (MR x kc) stay in L1 while the inner loop streams every
+//     B micro-panel (kc x NR) of the packed B block past them.
 //   - nc: columns of the packed B block (kc x nc), sized to stay in one core's L2.
-//   - mc: rows of the packed A block (mc x kc), shared by the whole thread team, sized for the L3.
+//   - mc: rows of A per block (mc x kc), sized for the L3; transposed A is copied per block into a
+//     buffer the whole team shares.
 // This is BLIS's loop nest for the transposed problem (C^T = B^T A^T, column-major), so its block
 // sizes carry over with MR and NR swapped. Not here: the loops themselves (gemm_driver.hpp), the
 // packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <numeric>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
@@ -29,9 +31,11 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-// The register tile for each (Arch, T). Chosen by measurement on Zen 5 (see bench/bench_gemm.cpp):
-//   AVX-512: 14 x 2 vectors = 28 zmm accumulators, enough independent FMAs to cover two 512-bit FMA
-//            pipes at 4-cycle latency, plus 2 B vectors and a broadcast: 31 of 32 registers.
+// The register tile for each (Arch, T), chosen by measurement on Zen 5 (bench/bench_gemm.cpp):
+//   AVX-512: 6 rows x 4 vectors = 24 zmm accumulators, enough independent FMAs to cover two 512-bit
+//            FMA pipes at 4 cycles of latency, with 10 loads (4 of B, 6 broadcasts of A) per 24 FMAs.
+//            It beat 14 x 2, 12 x 2 and 8 x 3 at 1024^3 by 3-7%, and its C tile touches 6 rows
+//            instead of 14 (fewer L1 set conflicts on power-of-two ldc).
 //   AVX2:    6 x 2 vectors = 12 ymm accumulators of 16 (the classic Haswell tile).
 //   SSE2:    6 x 2 vectors; no FMA, so multiply and add are separate (12 + 2 + 2 of 16 xmm).
 template <class Arch, class T>
@@ -39,8 +43,8 @@ struct MicroTile {
   using V = xsimd::batch<T, Arch>;
   static constexpr int W = int(V::size);
   static constexpr bool avx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
-  static constexpr int MR = avx512 ? 14 : 6;
-  static constexpr int NV = 2;  // vectors per tile row
+  static constexpr int MR = 6;
+  static constexpr int NV = avx512 ? 4 : 2;  // vectors per tile row
   static constexpr int NR = NV * W;
 };
 
@@ -53,20 +57,31 @@ inline int64_t round_down(int64_t x, int64_t m) { return std::max(m, x / m * m);
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
-// Derived from the cache sizes once per (Arch, T):
+// Derived from the cache sizes once per (T, Tile):
 //   kc: the A micro-panel (MR x kc) takes about half of L1d, the rest holds the streaming B panel.
 //   nc: the B block (kc x nc) takes about half of L2, leaving room for A panels and C.
 //   mc: the A block (mc x kc) takes about a quarter of L3 (shared by the team and by other work).
-template <class Arch, class T>
+// TAPEGRAD_GEMM_KC / _NC / _MC override them (for tuning; read once).
+inline int64_t env_block(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  const long long x = v ? std::atoll(v) : 0;
+  return x > 0 ? int64_t(x) : fallback;
+}
+
+template <class T, class Tile>
 const Blocking& blocking() {
   static const Blocking b = [] {
-    using Tile = MicroTile<Arch, T>;
     const CacheInfo& ci = cache_info();
     const int64_t sz = int64_t(sizeof(T));
     Blocking r;
     r.kc = std::clamp<int64_t>(round_down(ci.l1d / 2 / (Tile::MR * sz), 16), 128, 512);
+    r.kc = env_block("TAPEGRAD_GEMM_KC", r.kc);
     r.nc = std::clamp<int64_t>(round_down(ci.l2 / 2 / (r.kc * sz), Tile::NR), Tile::NR, 4096);
-    r.mc = std::clamp<int64_t>(round_down(ci.l3 / 4 / (r.kc * sz), Tile::MR), Tile::MR, 8192);
+    r.nc = round_up(env_block("TAPEGRAD_GEMM_NC", r.nc), Tile::NR);
+    // mc: whole register tiles and whole transpose blocks, so only the last block has edge tiles.
+    const int64_t unit = std::lcm<int64_t>(Tile::MR, Tile::W);
+    r.mc = std::clamp<int64_t>(round_down(ci.l3 / 4 / (r.kc * sz), unit), unit, 8192);
+    r.mc = round_up(env_block("TAPEGRAD_GEMM_MC", r.mc), unit);
     return r;
   }();
   return b;

@@ -1,15 +1,16 @@
 // GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C for one instruction set.
 //
 // The nest, outermost first (block sizes from gemm_config.hpp):
-//   for each block of mc rows of op(A)                       (A block: L3, shared by the team)
+//   for each block of mc rows of op(A)
 //     for each depth block of kc                             (beta applies on the first only)
-//       the team packs the A block together; barrier
+//       if A is transposed: the team transposes the A block into a shared row-major copy; barrier
 //       each thread, over its own share of N:
 //         for each block of nc columns: pack the B block     (private, L2)
-//           for each A micro-panel (MR rows) of its M share  (stays in L1)
+//           for each group of MR rows of its share of M      (MR x kc of A stays in L1)
 //             for each B micro-panel (NR columns)            (streams from L2)
 //               micro-kernel on one MR x NR tile of C
-//       barrier (the A block is repacked next)
+// The micro-kernel broadcasts A from rows (gemm_micro.hpp), so A that is not transposed is read in
+// place: no packing, no barrier, and the threads of a team never wait for each other until the end.
 // Threads split the tile grid as tm x tn: along N when there are enough column panels (no B
 // packing is duplicated), else along M (each thread then packs the same B block privately, which
 // is cheap next to the compute and needs no extra barrier). Work is assigned in whole panels so no
@@ -24,10 +25,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <numeric>
 
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
 #include "kernels/simd/gemm_pack.hpp"
+
+#ifdef TG_GEMM_PROFILE
+#include <x86intrin.h>
+inline thread_local unsigned long long tg_prof[4];
+#define TG_PROF_BEGIN const unsigned long long tg_t0 = __rdtsc()
+#define TG_PROF_END(i) tg_prof[i] += __rdtsc() - tg_t0
+#else
+#define TG_PROF_BEGIN
+#define TG_PROF_END(i)
+#endif
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
@@ -46,9 +58,9 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
 // The even split of n items over parts: [begin, end) of part p.
 inline int64_t split_begin(int64_t n, int parts, int p) { return n * p / parts; }
 
-template <class Arch, class T>
+// Tile is a template parameter so that tuning experiments can instantiate other register tiles.
+template <class Arch, class T, class Tile = MicroTile<Arch, T>>
 struct GemmDriver {
-  using Tile = MicroTile<Arch, T>;
   static constexpr int MR = Tile::MR, NR = Tile::NR, NV = Tile::NV, W = Tile::W;
 
   static const MicroKernelTable<Arch, T, MR, NR, NV>& kernels() {
@@ -57,16 +69,33 @@ struct GemmDriver {
   }
 
   // The problem after resolving transposes: element (i, k) of op(A) is a[i*a_rs + k*a_cs], element
-  // (k, j) of op(B) is b[j*b_rs + k*b_cs] (B is packed as panels of columns, so its "rows" are j).
+  // (k, j) of op(B) is b[k*b_ks + j*b_js].
   struct Problem {
     int64_t M, N, K;
     T alpha, beta;
     const T* a;
     int64_t a_rs, a_cs;
     const T* b;
-    int64_t b_rs, b_cs;
+    int64_t b_ks, b_js;
     T* c;
     int64_t ldc;
+    bool pack_a() const { return a_cs != 1; }
+  };
+
+  // Block sizes for one problem: kc and mc split K and M into equal blocks (ceil(K / kc) blocks of
+  // equal depth rather than kc, kc, ..., remainder).
+  struct Blocks {
+    int64_t kc, mc;
+    Blocks(const Problem& pr) {
+      const Blocking& bk = blocking<T, Tile>();
+      kc = ceil_div(pr.K, ceil_div(pr.K, bk.kc));
+      mc = round_up(ceil_div(pr.M, ceil_div(pr.M, bk.mc)), std::lcm<int64_t>(MR, W));
+    }
+    // One packed (transposed) A block; two when there are several, for double buffering.
+    int64_t a_buf_elems(const Problem& pr) const {
+      const int64_t blocks = ceil_div(pr.K, kc) * ceil_div(pr.M, mc);
+      return std::min<int64_t>(blocks, 2) * std::min(pr.M, mc) * a_row_stride<T>(kc);
+    }
   };
 
   // Threads along M (tm) and along N (tn), tm * tn = nt, minimising the largest share of tiles.
@@ -80,17 +109,15 @@ struct GemmDriver {
     }
   }
 
-  // The loop nest above, for thread `tid` of `nt`. a_buf is shared by the team: two packed A blocks
-  // (double buffering, so one barrier per block suffices: block b+1 is packed into the buffer block
-  // b-1 used, and every thread left block b-1 before it entered the barrier of block b).
+  // The loop nest above, for thread `tid` of `nt`. a_buf (shared by the team) holds two packed A
+  // blocks when A is transposed: double buffering, so one barrier per block suffices (block b+1 is
+  // packed into the buffer block b-1 used, and every thread left block b-1 before it entered the
+  // barrier of block b).
   static void run_thread(const Problem& pr, int tid, int nt, T* a_buf, TeamBarrier* barrier) {
-    const Blocking& bk = blocking<Arch, T>();
-    const int64_t M = pr.M, N = pr.N, K = pr.K;
-
-    // Even block sizes: ceil(K / kc) blocks of equal depth rather than kc, kc, ..., remainder.
-    const int64_t kc = ceil_div(K, ceil_div(K, bk.kc));
-    const int64_t mc = round_up(ceil_div(M, ceil_div(M, bk.mc)), MR);
-    const int64_t a_block = ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
+    const Blocking& bk = blocking<T, Tile>();
+    const Blocks bl(pr);
+    const int64_t M = pr.M, N = pr.N, K = pr.K, kc = bl.kc, mc = bl.mc;
+    const int64_t ps = a_row_stride<T>(kc), a_block = std::min(M, mc) * ps;
 
     const int64_t n_panels = ceil_div(N, NR);
     int tm, tn;
@@ -100,7 +127,7 @@ struct GemmDriver {
     const int64_t n_hi = std::min(N, split_begin(n_panels, tn, t_n + 1) * NR);
     const int64_t my_n = n_hi - n_lo;
     const int64_t nc = round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, bk.nc))), NR);
-    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR, W)) : nullptr;
+    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR)) : nullptr;
 
     const auto& edge = kernels();
     int64_t block = 0;
@@ -111,18 +138,30 @@ struct GemmDriver {
       for (int64_t k0 = 0; k0 < K; k0 += kc, ++block) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
-        const int64_t as = panel_stride<T>(kb, MR, W), bs = panel_stride<T>(kb, NR, W);
-        T* a_cur = a_buf + (block % 2) * a_block;
-        pack_panels<Arch, T, MR>(mb, kb, pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_rs, pr.a_cs, a_cur, as,
-                                 split_begin(mb_panels, nt, tid), split_begin(mb_panels, nt, tid + 1));
-        if (nt > 1) barrier->wait();
+        const int64_t bs = panel_stride<T>(kb, NR);
+        const T* a_blk;
+        int64_t lda;
+        if (pr.pack_a()) {
+          T* a_cur = a_buf + (block % 2) * a_block;
+          const int64_t units = ceil_div(mb, W);
+          TG_PROF_BEGIN;
+          pack_a_transposed<Arch, T>(std::min(mb, split_begin(units, nt, tid) * W),
+                                     std::min(mb, split_begin(units, nt, tid + 1) * W), kb,
+                                     pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_cs, a_cur, ps);
+          TG_PROF_END(0);
+          if (nt > 1) barrier->wait();
+          a_blk = a_cur, lda = ps;
+        } else {
+          a_blk = pr.a + i0 * pr.a_rs + k0, lda = pr.a_rs;
+        }
         for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
-          pack_panels<Arch, T, NR>(nb, kb, pr.b + j0 * pr.b_rs + k0 * pr.b_cs, pr.b_rs, pr.b_cs, b_buf, bs, 0,
-                                   nb_panels);
+          TG_PROF_BEGIN;
+          pack_b<Arch, T, NR>(kb, nb, pr.b + k0 * pr.b_ks + j0 * pr.b_js, pr.b_ks, pr.b_js, b_buf, bs);
+          TG_PROF_END(1);
           for (int64_t ip = mp_lo; ip < mp_hi; ++ip) {
-            const T* ap = a_cur + ip * as;
+            const T* ap = a_blk + ip * MR * lda;
             const int rows = int(std::min<int64_t>(MR, mb - ip * MR));
             T* c_row = pr.c + (i0 + ip * MR) * pr.ldc + j0;
             for (int64_t jp = 0; jp < nb_panels; ++jp) {
@@ -130,9 +169,9 @@ struct GemmDriver {
               const T* bp = b_buf + jp * bs;
               T* c = c_row + jp * NR;
               if (rows == MR && cols == NR)
-                micro_kernel<Arch, T, MR, NR, MR, NV>(kb, ap, bp, c, pr.ldc, pr.alpha, beta, cols);
+                micro_kernel<Arch, T, NR, MR, NV>(kb, ap, lda, bp, c, pr.ldc, pr.alpha, beta, cols);
               else
-                edge.fn[rows - 1][(cols + W - 1) / W - 1](kb, ap, bp, c, pr.ldc, pr.alpha, beta, cols);
+                edge.fn[rows - 1][(cols + W - 1) / W - 1](kb, ap, lda, bp, c, pr.ldc, pr.alpha, beta, cols);
             }
           }
         }
@@ -140,15 +179,6 @@ struct GemmDriver {
     }
     // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
     if (nt > 1) barrier->wait();
-  }
-
-  // Elements of a_buf: two packed A blocks when there is more than one block, else one.
-  static int64_t a_buf_elems(int64_t M, int64_t K) {
-    const Blocking& bk = blocking<Arch, T>();
-    const int64_t kc = ceil_div(K, ceil_div(K, bk.kc));
-    const int64_t mc = round_up(ceil_div(M, ceil_div(M, bk.mc)), MR);
-    const int64_t blocks = ceil_div(K, kc) * ceil_div(M, mc);
-    return std::min<int64_t>(blocks, 2) * ceil_div(std::min(M, mc), MR) * panel_stride<T>(kc, MR, W);
   }
 
   // One GEMM on up to nt threads.
@@ -159,13 +189,17 @@ struct GemmDriver {
       scale_c(M, N, beta, C, ldc);
       return;
     }
-    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? ldb : 1, tb ? 1 : ldb, C, ldc};
+    // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
+    // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
+    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc};
+    if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
+    if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
     // No more threads than tiles; none at all inside someone else's parallel region.
     nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
     if (omp_in_parallel()) nt = 1;
-    T* a_buf = scratch<T>(0, a_buf_elems(M, K));
+    T* a_buf = pr.pack_a() ? scratch<T>(0, Blocks(pr).a_buf_elems(pr)) : nullptr;
     if (nt <= 1) {
       run_thread(pr, 0, 1, a_buf, nullptr);
       return;
@@ -189,7 +223,7 @@ struct GemmDriver {
                            T* C, int64_t ldc, int64_t sc, int nt) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     const double flops = 2.0 * double(M) * double(N) * double(K);
-    const bool per_matrix_team = batch == 1 || nt == 1 ||
+    const bool per_matrix_team = batch == 1 || nt == 1 || omp_in_parallel() ||
                                  (flops >= 16 * kMinFlopsPerThread && batch % nt != 0 && batch < 4 * nt);
     if (per_matrix_team) {
       for (int64_t i = 0; i < batch; ++i)

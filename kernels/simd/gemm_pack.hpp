@@ -1,19 +1,19 @@
-// GEMM packing: copies a block of op(A) or op(B) into the k-major micro-panels the micro-kernel
-// reads (see the contract in gemm_micro.hpp).
+// GEMM packing: copies blocks of op(A) and op(B) into the layouts the micro-kernel reads (see
+// the contract in gemm_micro.hpp).
 //
-// A panel of width P (MR for A, NR for B) holds, for each k, P consecutive elements. Depending on
-// the operand's storage this is either
-//   - a copy (the P elements are contiguous in memory: A transposed, B not transposed), or
-//   - a transpose (the P elements are ld apart: A not transposed, B transposed). Scalar code does a
-//     transpose at ~2 elements per cycle (one store each), which for N = 256 would cost ~8% of the
-//     whole GEMM, so full W x W blocks go through an in-register transpose (unpack/shuffle
-//     intrinsics; xsimd 8.1's zip_lo/zip_hi interleave within 128-bit lanes only, so they cannot
-//     express it).
-// Panels are zero-padded past the matrix edge, and each panel is followed by W elements of slack:
-// the transpose stores whole vectors, and the last one of a panel whose width is not a multiple of
-// W spills up to W-1 elements past it. Not here: which blocks get packed when (gemm_driver.hpp).
+//   - B (the vector side) is packed into k-major micro-panels of width NR: for each k, NR
+//     consecutive elements, 64-byte aligned, zero-filled past the matrix edge. When B is stored
+//     row-major (not transposed) this is a copy, done a whole row of the block at a time so the
+//     reads stream through memory; when B is transposed it is a transpose.
+//   - A (the broadcast side) is read by the kernel row by row, so A that is not transposed needs no
+//     packing at all. Transposed A is transposed into a row-major block.
+// Transposes go through W x W in-register transposes (unpack/shuffle intrinsics): scalar code
+// manages ~2 elements per cycle, one store each, which for N = 256 would cost ~8% of the GEMM.
+// xsimd 8.1's zip_lo/zip_hi interleave within 128-bit lanes only, so they cannot express it.
+// Not here: which blocks get packed when (gemm_driver.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -25,12 +25,20 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-// Elements between consecutive packed panels of depth kc and width P: the panel, the transpose's
-// slack, rounded to a cache line so every panel starts 64-byte aligned.
+// Elements between consecutive packed B panels of depth kc and width NR: rounded to a cache line so
+// every panel starts 64-byte aligned.
 template <class T>
-constexpr int64_t panel_stride(int64_t kc, int64_t P, int64_t W) {
+constexpr int64_t panel_stride(int64_t kc, int64_t NR) {
   const int64_t line = 64 / int64_t(sizeof(T));
-  return (kc * P + W + line - 1) / line * line;
+  return (kc * NR + line - 1) / line * line;
+}
+
+// Row stride of a packed (transposed) A block of depth kc: a whole number of cache lines plus one,
+// so rows 4 KiB apart do not all land in the same L1 set.
+template <class T>
+constexpr int64_t a_row_stride(int64_t kc) {
+  const int64_t line = 64 / int64_t(sizeof(T));
+  return (kc + line - 1) / line * line + line;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,78 +166,87 @@ struct Transpose<Arch, double> {
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Panel packers. Each writes one panel of depth kc and width P (w <= P valid rows/columns).
+// Packers.
 
-// dst[k*P + i] = src[k*ld + i] for i < w, 0 for w <= i < P: the P elements are contiguous.
-template <class Arch, class T, int P>
-inline void pack_copy(int64_t kc, int w, const T* src, int64_t ld, T* dst) {
+// B block of depth kc and width nb, element (k, j) at src[k*ks + j*js] with js == 1 or ks == 1,
+// into ceil(nb / NR) k-major panels `stride` elements apart.
+template <class Arch, class T, int NR>
+void pack_b(int64_t kc, int64_t nb, const T* src, int64_t ks, int64_t js, T* dst, int64_t stride) {
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
-  if (w == P) {
+  static_assert(NR % W == 0);
+  const int64_t full = nb / NR, tail = nb % NR;
+  if (js == 1) {
+    // Row by row: each row segment of the block is contiguous, each panel gets NR of it.
     for (int64_t k = 0; k < kc; ++k) {
-      if constexpr (P % W == 0) {
+      const T* row = src + k * ks;
+      for (int64_t p = 0; p < full; ++p)
 #pragma GCC unroll 8
-        for (int j = 0; j < P; j += W) V::load_unaligned(src + k * ld + j).store_aligned(dst + k * P + j);
-      } else {
-        std::memcpy(dst + k * P, src + k * ld, P * sizeof(T));  // constant size: a few vector moves
+        for (int j = 0; j < NR; j += W) V::load_unaligned(row + p * NR + j).store_aligned(dst + p * stride + k * NR + j);
+      if (tail) {
+        T* d = dst + full * stride + k * NR;
+        for (int64_t j = 0; j < tail; ++j) d[j] = row[full * NR + j];
+        for (int64_t j = tail; j < NR; ++j) d[j] = T(0);
       }
     }
     return;
   }
-  for (int64_t k = 0; k < kc; ++k) {
-    int i = 0;
-    for (; i < w; ++i) dst[k * P + i] = src[k * ld + i];
-    for (; i < P; ++i) dst[k * P + i] = T(0);
-  }
-}
-
-// dst[k*P + i] = src[i*ld + k] for i < w, 0 for w <= i < P: a transpose of a w x kc block.
-template <class Arch, class T, int P>
-inline void pack_transpose(int64_t kc, int w, const T* src, int64_t ld, T* dst) {
-  using V = xsimd::batch<T, Arch>;
-  constexpr int W = int(V::size);
-  int64_t k0 = 0;
-  if constexpr (Transpose<Arch, T>::available) {
-    using R = typename V::register_type;
-    constexpr int G = (P + W - 1) / W;  // groups of W rows
-    for (; k0 + W <= kc; k0 += W) {
-      R r[G][W];
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
+  // Transposed: column j of the block is row j of the stored matrix (contiguous in k). W rows at a
+  // time, W k at a time, through the in-register transpose.
+  const int64_t panels = full + (tail ? 1 : 0);
+  for (int64_t p = 0; p < panels; ++p) {
+    T* d = dst + p * stride;
+    const int64_t w = std::min<int64_t>(NR, nb - p * NR);
+    for (int g = 0; g < NR / W; ++g) {
+      const int64_t rows = std::clamp<int64_t>(w - g * W, 0, W);  // valid rows of this group
+      const T* s0 = src + (p * NR + g * W) * js;
+      int64_t k0 = 0;
+      if constexpr (Transpose<Arch, T>::available) {
+        using R = typename V::register_type;
+        for (; k0 + W <= kc; k0 += W) {
+          R r[W];
 #pragma GCC unroll 16
-        for (int i = 0; i < W; ++i) {
-          const int row = g * W + i;
-          r[g][i] = row < w ? R(V::load_unaligned(src + row * ld + k0)) : R(V(T(0)));
+          for (int i = 0; i < W; ++i) r[i] = i < rows ? R(V::load_unaligned(s0 + i * js + k0)) : R(V(T(0)));
+          Transpose<Arch, T>::run(r);
+#pragma GCC unroll 16
+          for (int k = 0; k < W; ++k) V(r[k]).store_aligned(d + (k0 + k) * NR + g * W);
         }
-        Transpose<Arch, T>::run(r[g]);
       }
-      // Column k of the block goes to dst[(k0+k)*P ...]: store groups in increasing address order so
-      // a partial last group's spill into the next k is overwritten by that k's first store.
-#pragma GCC unroll 16
-      for (int k = 0; k < W; ++k)
-#pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) V(r[g][k]).store_unaligned(dst + (k0 + k) * P + g * W);
+      for (int64_t k = k0; k < kc; ++k)
+        for (int i = 0; i < W; ++i) d[k * NR + g * W + i] = i < rows ? s0[i * js + k] : T(0);
     }
   }
-  for (int64_t k = k0; k < kc; ++k) {
-    int i = 0;
-    for (; i < w; ++i) dst[k * P + i] = src[i * ld + k];
-    for (; i < P; ++i) dst[k * P + i] = T(0);
-  }
 }
 
-// Packs rows [0, m) x depth [0, kc) of an operand whose element (i, k) is at src[i*rs + k*cs]
-// (one of rs, cs is 1) into ceil(m/P) panels of width P, `stride` elements apart. Panels
-// [p_begin, p_end) only, so a team can split the work.
-template <class Arch, class T, int P>
-void pack_panels(int64_t m, int64_t kc, const T* src, int64_t rs, int64_t cs, T* dst, int64_t stride,
-                 int64_t p_begin, int64_t p_end) {
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const int w = int(std::min<int64_t>(P, m - p * P));
-    if (cs == 1)
-      pack_transpose<Arch, T, P>(kc, w, src + p * P * rs, rs, dst + p * stride);
-    else
-      pack_copy<Arch, T, P>(kc, w, src + p * P, cs, dst + p * stride);
+// Rows [r0, r1) of a transposed A block of depth kc, element (i, k) at src[k*lda + i], into a
+// row-major block: dst[i*ps + k]. r0 is a multiple of W (the team splits the rows in such units).
+// W stored rows (k) at a time across the whole row range, so the reads are W sequential streams;
+// i outer would read one cache line from each of kc rows, each on its own page when lda is large.
+template <class Arch, class T>
+void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t lda, T* dst, int64_t ps) {
+  using V = xsimd::batch<T, Arch>;
+  constexpr int W = int(V::size);
+  int64_t i_end = r0;  // rows [r0, i_end) go through the vector transpose
+  int64_t k_end = 0;   // and depths [0, k_end)
+  if constexpr (Transpose<Arch, T>::available) {
+    using R = typename V::register_type;
+    i_end = r0 + (r1 - r0) / W * W;
+    k_end = kc / W * W;
+    for (int64_t k0 = 0; k0 < k_end; k0 += W)
+      for (int64_t i0 = r0; i0 < i_end; i0 += W) {
+        R r[W];
+#pragma GCC unroll 16
+        for (int k = 0; k < W; ++k) r[k] = R(V::load_unaligned(src + (k0 + k) * lda + i0));
+        Transpose<Arch, T>::run(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < W; ++i) V(r[i]).store_unaligned(dst + (i0 + i) * ps + k0);
+      }
+  }
+  // What is left (a depth tail, fewer than W rows, or no transpose for this ISA), k outer so the
+  // reads stay contiguous.
+  for (int64_t k = 0; k < kc; ++k) {
+    const int64_t i_from = k < k_end ? i_end : r0;
+    for (int64_t i = i_from; i < r1; ++i) dst[i * ps + k] = src[k * lda + i];
   }
 }
 
