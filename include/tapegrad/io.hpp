@@ -20,10 +20,12 @@
 namespace tapegrad::io {
 
 struct SafetensorsFile {
-  std::vector<std::pair<std::string, Tensor>> tensors;  // in file order (sorted by name on write)
+  std::vector<std::pair<std::string, Tensor>> tensors;  // in header order (sorted by name on write)
   std::map<std::string, std::string> metadata;
   // The tensor called `name`; throws IoError naming the file (path stored on load) if absent.
   const Tensor& get(const std::string& name) const;
+  // The tensor called `name`, or nullptr: for optional entries, without try/catch.
+  const Tensor* find(const std::string& name) const;
   std::string path;
 };
 
@@ -32,7 +34,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const std::map<std::string, std::string>& metadata = {});
 SafetensorsFile load_safetensors(const std::string& path);
 
-// Writes `content` to `path` atomically (temporary file, fsync, rename).
+// Writes `content` to `path` atomically: a temporary `.<name>.tmp-<pid>` in the same directory, fsync,
+// rename over `path`, fsync of the directory. On failure the temporary is removed, `path` is untouched,
+// and IoError names the path, the step and the errno text.
 void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace tapegrad::io
