@@ -91,6 +91,11 @@ const Blocking& blocking() {
 // cost a few microseconds, about what 2 MFLOP takes on one core.
 inline constexpr double kMinFlopsPerThread = 2.0e6;
 
+// Row-major B up to this many bytes (K x N) is read in place instead of packed (see gemm_driver.hpp).
+inline constexpr int64_t kMaxUnpackedB = 64 << 10;
+// Transposed A up to this many bytes (M x K) is read in place instead of transposed.
+inline constexpr int64_t kMaxUnpackedA = 32 << 10;
+
 // ---------------------------------------------------------------------------------------------
 // Packing buffers: thread-local, 64-byte aligned, grown geometrically and never freed while the
 // thread lives, so steady-state calls touch no fresh pages (a first touch costs ~12 us here).

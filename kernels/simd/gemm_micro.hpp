@@ -2,11 +2,15 @@
 // written once with xsimd batches and compiled per instruction set.
 //
 // Contract (everything the tile loop in gemm_driver.hpp may rely on):
-//   - a: MRE rows of op(A), row-major with row stride lda: a[i*lda + k] = op(A)(i0 + i, k0 + k). This
-//     is A itself when A is not transposed (no packing), or the team's transposed copy when it is.
+//   - a: MRE rows of op(A). With AK = false row-major with row stride lda: a[i*lda + k] =
+//     op(A)(i0 + i, k0 + k); this is A itself when A is not transposed (no packing), or the team's
+//     transposed copy when it is. With AK = true column-major, a[k*lda + i]: transposed A read in
+//     place, for problems small enough that its rows (one cache line per k) stay in cache.
 //     Only rows i < MRE are read.
-//   - b: packed B micro-panel, k-major: b[k*PB + j] = op(B)(k0 + k, j0 + j), j < PB (= NR), 64-byte
-//     aligned, zero-filled past the matrix edge; the kernel reads vectors j < NVE*W.
+//   - b: B micro-panel, k-major with row stride ldb: b[k*ldb + j] = op(B)(k0 + k, j0 + j). Either
+//     packed (ldb = NR, 64-byte aligned, zero-filled past the matrix edge) or, for small problems,
+//     B itself when it is stored row-major; the kernel reads vectors j < NVE*W, so a B panel that
+//     is cut by the matrix edge must be packed.
 //   - c: the MRE x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
 //     When beta == 0, C is never read (NaN or Inf in C do not propagate).
 //   - Full tiles (n_valid == NVE*W) are stored straight from registers; a ragged right edge goes
@@ -25,15 +29,15 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-template <class Arch, class T, int PB, int MRE, int NVE>
+template <class Arch, class T, int MRE, int NVE, bool AK = false>
 __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b,
-                                            T* __restrict c, int64_t ldc, T alpha, T beta, int n_valid) {
+                                            int64_t ldb, T* __restrict c, int64_t ldc, T alpha, T beta, int n_valid) {
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
 
   const T* ar[MRE];
 #pragma GCC unroll 16
-  for (int i = 0; i < MRE; ++i) ar[i] = a + i * lda;
+  for (int i = 0; i < MRE; ++i) ar[i] = a + i * (AK ? 1 : lda);
 
   V acc[MRE][NVE];
 #pragma GCC unroll 16
@@ -52,14 +56,14 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NVE];
 #pragma GCC unroll 8
-    for (int j = 0; j < NVE; ++j) bv[j] = V::load_aligned(b + j * W);
+    for (int j = 0; j < NVE; ++j) bv[j] = V::load_unaligned(b + j * W);
 #pragma GCC unroll 16
     for (int i = 0; i < MRE; ++i) {
-      const V ai(ar[i][k]);
+      const V ai(AK ? ar[i][k * lda] : ar[i][k]);
 #pragma GCC unroll 8
       for (int j = 0; j < NVE; ++j) acc[i][j] = xsimd::fma(ai, bv[j], acc[i][j]);
     }
-    b += PB;
+    b += ldb;
   }
 
   const V va(alpha);
@@ -97,10 +101,10 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
 }
 
 template <class T>
-using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, T*, int64_t, T, T, int);
+using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int);
 
 // Every edge instance: fn[m - 1][v - 1] computes m rows and v vectors.
-template <class Arch, class T, int MR, int PB, int NV>
+template <class Arch, class T, int MR, int NV, bool AK>
 struct MicroKernelTable {
   MicroKernelFn<T> fn[MR][NV];
   constexpr MicroKernelTable() : fn{} { fill(std::make_integer_sequence<int, MR * NV>{}); }
@@ -108,7 +112,7 @@ struct MicroKernelTable {
  private:
   template <int... I>
   constexpr void fill(std::integer_sequence<int, I...>) {
-    ((fn[I / NV][I % NV] = &micro_kernel<Arch, T, PB, I / NV + 1, I % NV + 1>), ...);
+    ((fn[I / NV][I % NV] = &micro_kernel<Arch, T, I / NV + 1, I % NV + 1, AK>), ...);
   }
 };
 
