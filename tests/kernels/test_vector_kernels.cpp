@@ -13,6 +13,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -486,6 +487,31 @@ TEST_CASE("softmax matches the reference", "[kernels][softmax]") {
       check_close(got, want, Tol{1e-37, (8 + double(cols) / 4) * kEps}, "softmax");
     });
   }
+}
+
+TEST_CASE("softmax on outputs large enough for streaming stores", "[kernels][softmax]") {
+  // Plain softmax writes y with streaming stores once y is at least half the L3 and rows are
+  // batch-aligned (kernels/simd/softmax.hpp, stream_output); here rows x 1024 with y just over that
+  // size, an odd row count (uneven split across threads), rows of -inf and one very wide row.
+  // Same tolerance as above.
+  const int threads = GENERATE(1, 2);
+  const int64_t cols = 1024;
+  const int64_t rows = k::cache_info().l3 / 2 / (cols * 4) + 3;
+  CAPTURE(rows, cols, threads);
+  auto x = random_vec(rows * cols, -6, 6, 75);
+  for (int64_t c = 0; c < cols; ++c) x[size_t(5 * cols + c)] = -kInfF;  // row 5: all -inf
+  for (int64_t c = 0; c < cols; c += 2) x[size_t(7 * cols + c)] = -kInfF;  // row 7: half -inf
+  x[size_t(9 * cols)] = -500.0f;  // row 9: one entry far below the max (clamped exp)
+  std::vector<float> want(x.size());
+  ref::softmax<float>(rows, cols, x.data(), want.data(), {});
+  std::vector<float> buf(x.size() + 16);
+  float* y = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) % 64) / 4) % 16;  // 64-byte aligned
+  for_each_isa(threads, [&](const std::string&) {
+    std::fill(y, y + x.size(), 99.0f);
+    k::softmax<float>(rows, cols, x.data(), y, {});
+    check_close(std::vector<float>(y, y + x.size()), want, Tol{1e-37, (8 + double(cols) / 4) * kEps},
+                "softmax (streamed)");
+  });
 }
 
 TEST_CASE("softmax_backward, log_softmax and log_softmax_backward match the reference", "[kernels][softmax]") {
