@@ -108,20 +108,41 @@ TG_INLINE void store_tail(float* p, int64_t n, const Batch<Arch>& v) {
   }
 }
 
-// Pairwise (tree) reduction over the lanes: log2(W) dependent steps instead of W - 1, which
-// matters on short rows where the reduction sits on the row's critical path.
+// Horizontal reductions. On AVX-512 the compiler's shuffle trees (_mm512_reduce_*); elsewhere a
+// pairwise tree over the stored lanes: log2(W) dependent steps instead of W - 1. Either way they sit
+// on a row's critical path, which on short rows is as long as the row's arithmetic.
 template <class Arch>
 TG_INLINE float hmax(const Batch<Arch>& v) {
-  alignas(64) float buf[Batch<Arch>::size];
-  v.store_aligned(buf);
-  for (std::size_t w = Batch<Arch>::size / 2; w >= 1; w /= 2)
-    for (std::size_t i = 0; i < w; ++i) buf[i] = buf[i + w] > buf[i] ? buf[i + w] : buf[i];
-  return buf[0];
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    return _mm512_reduce_max_ps(v);
+  } else {
+    alignas(64) float buf[Batch<Arch>::size];
+    v.store_aligned(buf);
+    for (std::size_t w = Batch<Arch>::size / 2; w >= 1; w /= 2)
+      for (std::size_t i = 0; i < w; ++i) buf[i] = buf[i + w] > buf[i] ? buf[i + w] : buf[i];
+    return buf[0];
+  }
+}
+
+template <class Arch>
+TG_INLINE float hmin(const Batch<Arch>& v) {
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    return _mm512_reduce_min_ps(v);
+  } else {
+    alignas(64) float buf[Batch<Arch>::size];
+    v.store_aligned(buf);
+    for (std::size_t w = Batch<Arch>::size / 2; w >= 1; w /= 2)
+      for (std::size_t i = 0; i < w; ++i) buf[i] = buf[i + w] < buf[i] ? buf[i + w] : buf[i];
+    return buf[0];
+  }
 }
 
 template <class Arch>
 TG_INLINE float hsum(const Batch<Arch>& v) {
-  return xsimd::hadd(v);
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
+    return _mm512_reduce_add_ps(v);
+  else
+    return xsimd::hadd(v);
 }
 
 // A 64-byte aligned scratch array owned by one kernel call (partial sums). Plain new[] rather than

@@ -3,10 +3,12 @@
 // scalar oracle: kernels/kernels.hpp, kernels/ref/ref.hpp.
 //
 // Each row is handled by one thread in three short passes (max, exp and sum, normalise). A row of up
-// to ~8K floats stays in L1/L2 between passes, so x is read from memory once and y written once: the
-// kernel runs near memory speed, which is the point (bench/bench_vector.cpp compares it with memcpy).
-// Rows are split statically across the team; nothing is reduced across rows, so results do not
-// depend on the thread count. The double path stays on the reference.
+// to ~8K floats stays in L1/L2 between passes, so x is read from memory once and y written once
+// (bench/bench_vector.cpp compares the kernel with memcpy of the same bytes). The exp pass is the
+// cost: about 11 vector ops per batch, FMA-port bound. Plain softmax (no scale, mask or causal rule)
+// is software-pipelined across rows and writes large outputs with streaming stores; see
+// softmax_plain_rows. Rows are split statically across the team; nothing is reduced across rows, so
+// results do not depend on the thread count. The double path stays on the reference.
 #pragma once
 
 #include <cmath>
@@ -52,7 +54,7 @@ TG_INLINE void max_min_step(const Batch<Arch>& v, Batch<Arch>& mx, Batch<Arch>& 
 
 template <class Arch>
 TG_INLINE MaxMin finish_max_min(const Batch<Arch>& mx, const Batch<Arch>& mn) {
-  return {hmax<Arch>(mx), -hmax<Arch>(-mn)};
+  return {hmax<Arch>(mx), hmin<Arch>(mn)};
 }
 
 template <class Arch>
@@ -74,8 +76,7 @@ MaxMin row_max_min(const float* x, int64_t n) {
 }
 
 // y = exp(x - shift) over n floats (x - shift <= 0), returns sum(y). x may equal y. Four
-// independent exps per iteration: each is a chain of ~13 dependent vector ops, and fewer in flight
-// leave the FMA pipes idle (measured: 2-way 2.2 ns, 4-way ~1.6 ns per 16 floats on AVX-512).
+// independent exps per iteration, four accumulators (each exp is a chain of ~11 dependent ops).
 template <class Arch, bool Clamp>
 float exp_shift_sum(const float* x, float shift, int64_t n, float* y) {
   using B = Batch<Arch>;
