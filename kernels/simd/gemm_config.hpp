@@ -7,11 +7,10 @@
 //   - MR (the broadcast side) runs along M: each element of MR rows of A is broadcast in turn.
 //   - kc: depth of a block. MR rows of A (MR x kc) stay in L1 while the inner loop streams every
 //     B micro-panel (kc x NR) of the packed B block past them.
-//   - nc: columns of the packed B block (kc x nc), sized to stay in one core's L2.
-//   - mc: rows of A per block (mc x kc), sized for the L3; transposed A is copied per block into a
-//     buffer the whole team shares.
-// This is BLIS's loop nest for the transposed problem (C^T = B^T A^T, column-major), so its block
-// sizes carry over with MR and NR swapped. Not here: the loops themselves (gemm_driver.hpp), the
+//   - nc: columns of the packed B block (kc x nc), sized to stay in one core's L2 while every row
+//     of A streams past it.
+// This is BLIS's loop nest for the transposed problem (C^T = B^T A^T, column-major) without its
+// L3 block of packed A: the kernel reads A rows in place (gemm_micro.hpp). Not here: the loops themselves (gemm_driver.hpp), the
 // packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
 #pragma once
 
@@ -50,7 +49,7 @@ struct MicroTile {
 
 // Cache block sizes (elements). See the file comment for the role of each.
 struct Blocking {
-  int64_t kc, nc, mc;
+  int64_t kc, nc;
 };
 
 inline int64_t round_down(int64_t x, int64_t m) { return std::max(m, x / m * m); }
@@ -60,8 +59,7 @@ inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 // Derived from the cache sizes once per (T, Tile):
 //   kc: the A micro-panel (MR x kc) takes about half of L1d, the rest holds the streaming B panel.
 //   nc: the B block (kc x nc) takes about half of L2, leaving room for A panels and C.
-//   mc: the A block (mc x kc) takes about a quarter of L3 (shared by the team and by other work).
-// TAPEGRAD_GEMM_KC / _NC / _MC override them (for tuning; read once).
+// TAPEGRAD_GEMM_KC / _NC override them (for tuning; read once).
 inline int64_t env_block(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   const long long x = v ? std::atoll(v) : 0;
@@ -78,10 +76,6 @@ const Blocking& blocking() {
     r.kc = env_block("TAPEGRAD_GEMM_KC", r.kc);
     r.nc = std::clamp<int64_t>(round_down(ci.l2 / 2 / (r.kc * sz), Tile::NR), Tile::NR, 4096);
     r.nc = round_up(env_block("TAPEGRAD_GEMM_NC", r.nc), Tile::NR);
-    // mc: whole register tiles and whole transpose blocks, so only the last block has edge tiles.
-    const int64_t unit = std::lcm<int64_t>(Tile::MR, Tile::W);
-    r.mc = std::clamp<int64_t>(round_down(ci.l3 / 4 / (r.kc * sz), unit), unit, 8192);
-    r.mc = round_up(env_block("TAPEGRAD_GEMM_MC", r.mc), unit);
     return r;
   }();
   return b;
@@ -99,8 +93,7 @@ inline constexpr int64_t kMaxUnpackedA = 32 << 10;
 // ---------------------------------------------------------------------------------------------
 // Packing buffers: thread-local, 64-byte aligned, grown geometrically and never freed while the
 // thread lives, so steady-state calls touch no fresh pages (a first touch costs ~12 us here).
-// Slot 0 holds the team's shared A block (owned by the thread that starts the GEMM), slot 1 the
-// calling thread's private B block.
+// Slot 0 holds a thread's chunk of transposed A, slot 1 its B block.
 class Scratch {
  public:
   ~Scratch() { std::free(p_); }

@@ -1,22 +1,23 @@
 // GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C for one instruction set.
 //
-// The nest, outermost first (block sizes from gemm_config.hpp):
-//   for each block of mc rows of op(A)
-//     for each depth block of kc                             (beta applies on the first only)
-//       if A is transposed: the team transposes the A block into a shared row-major copy; barrier
-//       each thread, over its own share of N:
-//         for each block of nc columns: pack the B block     (private, L2)
-//           for each group of MR rows of its share of M      (MR x kc of A stays in L1)
-//             for each B micro-panel (NR columns)            (streams from L2)
-//               micro-kernel on one MR x NR tile of C
+// The nest, outermost first, for each thread's share of C (block sizes from gemm_config.hpp):
+//   for each depth block of kc                               (beta applies on the first only)
+//     for each block of nc columns of its share of N: pack the B block   (private, L2)
+//       for each chunk of rows of its share of M               (transposed A: transposed now, L2)
+//         for each group of MR rows                            (MR x kc of A stays in L1)
+//           for each B micro-panel (NR columns)                (streams from L2)
+//             micro-kernel on one MR x NR tile of C
 // The micro-kernel broadcasts A from rows (gemm_micro.hpp), so A that is not transposed is read in
-// place: no packing, no barrier, and the threads of a team never wait for each other until the end.
-// Threads split the tile grid as tm x tn: along N when there are enough column panels (no B
-// packing is duplicated), else along M (each thread then packs the same B block privately, which
-// is cheap next to the compute and needs no extra barrier). Work is assigned in whole panels so no
-// two threads write the same cache line of C except at a panel edge.
+// place, and transposed A is transposed a chunk of 48 rows at a time into a buffer that stays in L2
+// until its tiles are done (transposing a whole block up front cost ~15% at 2048x1024x256: the
+// copy went out to L3 and came back). Nothing is shared between threads: each packs its own B
+// block and transposes its own A rows, so a team never waits inside a GEMM, only at its end.
+// Threads split the tile grid as tm x tn, balanced in whole panels (no two threads write the same
+// cache line of C except at a panel edge); N is split unless A needs transposing and is the larger
+// operand (then M: each thread packs all of B instead of transposing all of A).
 // Small problems (under kMinFlopsPerThread per thread) run on the calling thread with no OpenMP
-// region. Batched GEMMs of small matrices (attention heads) parallelise over the batch instead.
+// region; small row-major B and small transposed A are read in place (no packing at all).
+// Batched GEMMs of small matrices (attention heads) parallelise over the batch instead.
 // Not here: the micro-kernel (gemm_micro.hpp), packing (gemm_pack.hpp), the block sizes.
 #pragma once
 
@@ -55,6 +56,16 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   }
 }
 
+// Prefetches `count` segments of `width` elements, `ld` apart, into the cache.
+template <class T>
+inline void prefetch_segments(const T* p, int64_t ld, int64_t count, int64_t width) {
+  for (int64_t r = 0; r < count; ++r) {
+    const char* first = reinterpret_cast<const char*>(p + r * ld);
+    const char* last = reinterpret_cast<const char*>(p + r * ld + width) - 1;
+    for (const char* q = first; q < last + 64; q += 64) __builtin_prefetch(std::min(q, last), 0, 3);
+  }
+}
+
 // The even split of n items over parts: [begin, end) of part p.
 inline int64_t split_begin(int64_t n, int parts, int p) { return n * p / parts; }
 
@@ -89,89 +100,68 @@ struct GemmDriver {
     bool pack_b() const { return b_js != 1 || K * N * int64_t(sizeof(T)) > kMaxUnpackedB; }
   };
 
-  // Block sizes for one problem: kc and mc split K and M into equal blocks (ceil(K / kc) blocks of
-  // equal depth rather than kc, kc, ..., remainder).
-  struct Blocks {
-    int64_t kc, mc;
-    Blocks(const Problem& pr) {
-      const Blocking& bk = blocking<T, Tile>();
-      kc = ceil_div(pr.K, ceil_div(pr.K, bk.kc));
-      mc = round_up(ceil_div(pr.M, ceil_div(pr.M, bk.mc)), std::lcm<int64_t>(MR, W));
-    }
-    // One packed (transposed) A block; two when there are several, for double buffering.
-    int64_t a_buf_elems(const Problem& pr) const {
-      const int64_t blocks = ceil_div(pr.K, kc) * ceil_div(pr.M, mc);
-      return std::min<int64_t>(blocks, 2) * std::min(pr.M, mc) * a_row_stride<T>(kc);
-    }
-  };
+  // Depth of the blocks for one problem: ceil(K / kc) blocks of equal depth rather than kc, kc, ...,
+  // remainder.
+  static int64_t depth_block(int64_t K) { return ceil_div(K, ceil_div(K, blocking<T, Tile>().kc)); }
+
+  // Rows of transposed A transposed at a time into a thread's private buffer: whole register tiles
+  // and whole W x W transposes, small enough (48 x 512 floats, ~100 KiB) to sit in L2 next to the
+  // B block until the tiles that use them are done.
+  static constexpr int64_t kChunkRows = std::lcm(MR, W) * (W >= 16 ? 1 : 2);
 
   // Threads along M (tm) and along N (tn), tm * tn = nt, minimising the largest share of tiles.
-  static void choose_grid(int64_t m_panels, int64_t n_panels, int nt, int& tm, int& tn) {
+  // Splitting N duplicates A's preparation in every thread, splitting M duplicates B's packing:
+  // when A needs a transpose and is the larger operand, M is split when that is as balanced.
+  static void choose_grid(const Problem& pr, int nt, int& tm, int& tn) {
+    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
+    const bool prefer_m = pr.pack_a() && pr.M >= pr.N;
     tm = nt, tn = 1;
     int64_t best = -1;
     for (int d = 1; d <= nt; ++d) {
       if (nt % d) continue;
       const int64_t work = ceil_div(m_panels, nt / d) * ceil_div(n_panels, d);
-      if (best < 0 || work < best || (work == best && d > tn)) best = work, tn = d, tm = nt / d;
+      const bool better_tie = prefer_m ? d < tn : d > tn;
+      if (best < 0 || work < best || (work == best && better_tie)) best = work, tn = d, tm = nt / d;
     }
   }
 
-  // The loop nest above, for thread `tid` of `nt`. a_buf (shared by the team) holds two packed A
-  // blocks when A is transposed: double buffering, so one barrier per block suffices (block b+1 is
-  // packed into the buffer block b-1 used, and every thread left block b-1 before it entered the
-  // barrier of block b).
-  static void run_thread(const Problem& pr, int tid, int nt, T* a_buf, TeamBarrier* barrier) {
+  // The loop nest above, for thread `tid` of `nt`.
+  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier) {
     if (pr.a_cs != 1 && !pr.pack_a())
-      run_thread<true>(pr, tid, nt, a_buf, barrier);
+      run_thread<true>(pr, tid, nt, barrier);
     else
-      run_thread<false>(pr, tid, nt, a_buf, barrier);
+      run_thread<false>(pr, tid, nt, barrier);
   }
 
   // AK: A is read in place column by column (small transposed A, see Problem::a_in_place).
   template <bool AK>
-  static void run_thread(const Problem& pr, int tid, int nt, T* a_buf, TeamBarrier* barrier) {
-    const Blocking& bk = blocking<T, Tile>();
-    const Blocks bl(pr);
-    const int64_t M = pr.M, N = pr.N, K = pr.K, kc = bl.kc, mc = bl.mc;
-    const int64_t ps = a_row_stride<T>(kc), a_block = std::min(M, mc) * ps;
-
-    const int64_t n_panels = ceil_div(N, NR);
+  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier) {
+    const int64_t M = pr.M, N = pr.N, K = pr.K, kc = depth_block(K);
     int tm, tn;
-    choose_grid(ceil_div(std::min(M, mc), MR), n_panels, nt, tm, tn);
+    choose_grid(pr, nt, tm, tn);
     const int t_m = tid / tn, t_n = tid % tn;
+    const int64_t m_panels = ceil_div(M, MR), n_panels = ceil_div(N, NR);
+    const int64_t mp_lo = split_begin(m_panels, tm, t_m), mp_hi = split_begin(m_panels, tm, t_m + 1);
     const int64_t n_lo = std::min(N, split_begin(n_panels, tn, t_n) * NR);
     const int64_t n_hi = std::min(N, split_begin(n_panels, tn, t_n + 1) * NR);
     const int64_t my_n = n_hi - n_lo;
-    const int64_t nc = round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, bk.nc))), NR);
-    T* b_buf = my_n > 0 ? scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR)) : nullptr;
+    if (mp_lo < mp_hi && my_n > 0) {
+      // Transposed A is transposed once per depth block, a chunk of rows at a time, against all of
+      // the thread's B (packed once per depth block, kc x my_n, streamed from L3 a panel at a time
+      // and reused from L2 by the chunk's rows). Otherwise B comes in L2-sized blocks of nc columns
+      // and all rows of A stream past each (a "chunk" is then all of the thread's rows).
+      const int64_t nc = pr.pack_a() ? round_up(my_n, NR)
+                                     : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
+      T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
+      const int64_t ps = a_row_stride<T>(kc);
+      T* a_buf = pr.pack_a() ? scratch<T>(0, kChunkRows * ps) : nullptr;
+      const int64_t chunk_panels = pr.pack_a() ? kChunkRows / MR : mp_hi - mp_lo;
 
-    const auto& edge = kernels<AK>();
-    int64_t block = 0;
-    for (int64_t i0 = 0; i0 < M; i0 += mc) {
-      const int64_t mb = std::min(mc, M - i0);
-      const int64_t mb_panels = ceil_div(mb, MR);
-      const int64_t mp_lo = split_begin(mb_panels, tm, t_m), mp_hi = split_begin(mb_panels, tm, t_m + 1);
-      for (int64_t k0 = 0; k0 < K; k0 += kc, ++block) {
+      const auto& edge = kernels<AK>();
+      for (int64_t k0 = 0; k0 < K; k0 += kc) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
         const int64_t bs = panel_stride<T>(kb, NR);
-        const T* a_blk;
-        int64_t lda;
-        if (pr.pack_a()) {
-          T* a_cur = a_buf + (block % 2) * a_block;
-          const int64_t units = ceil_div(mb, W);
-          TG_PROF_BEGIN;
-          pack_a_transposed<Arch, T>(std::min(mb, split_begin(units, nt, tid) * W),
-                                     std::min(mb, split_begin(units, nt, tid + 1) * W), kb,
-                                     pr.a + i0 * pr.a_rs + k0 * pr.a_cs, pr.a_cs, a_cur, ps);
-          TG_PROF_END(0);
-          if (nt > 1) barrier->wait();
-          a_blk = a_cur, lda = ps;
-        } else if (AK) {
-          a_blk = pr.a + i0 + k0 * pr.a_cs, lda = pr.a_cs;
-        } else {
-          a_blk = pr.a + i0 * pr.a_rs + k0, lda = pr.a_rs;
-        }
         for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
@@ -187,20 +177,51 @@ struct GemmDriver {
           else if (last_full < nb_panels)
             pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
           TG_PROF_END(1);
-          for (int64_t ip = mp_lo; ip < mp_hi; ++ip) {
-            const T* ap = a_blk + ip * MR * (AK ? 1 : lda);
-            const int rows = int(std::min<int64_t>(MR, mb - ip * MR));
-            T* c_row = pr.c + (i0 + ip * MR) * pr.ldc + j0;
-            for (int64_t jp = 0; jp < nb_panels; ++jp) {
+          for (int64_t cp = mp_lo; cp < mp_hi; cp += chunk_panels) {
+            const int64_t cp_end = std::min(mp_hi, cp + chunk_panels);
+            const T* a_blk;  // row cp * MR of op(A), depth k0
+            int64_t lda;
+            if (pr.pack_a()) {
+              TG_PROF_BEGIN;
+              const int64_t r0 = cp * MR, rows = std::min(M, cp_end * MR) - r0;
+              pack_a_transposed<Arch, T>(0, rows, kb, pr.a + r0 + k0 * pr.a_cs, pr.a_cs, a_buf, ps);
+              TG_PROF_END(0);
+              a_blk = a_buf, lda = ps;
+            } else if (AK) {
+              a_blk = pr.a + cp * MR + k0 * pr.a_cs, lda = pr.a_cs;
+            } else {
+              a_blk = pr.a + cp * MR * pr.a_rs + k0, lda = pr.a_rs;
+            }
+            auto tile = [&](int64_t ip, int64_t jp) {
+              const T* ap = a_blk + (ip - cp) * MR * (AK ? 1 : lda);
+              const int rows = int(std::min<int64_t>(MR, M - ip * MR));
               const int cols = int(std::min<int64_t>(NR, nb - jp * NR));
               const bool packed = jp >= last_full;
               const T* bp = packed ? b_buf + (jp - last_full) * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
-              T* c = c_row + jp * NR;
+              T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
               if (rows == MR && cols == NR)
                 micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, cols);
               else
                 edge.fn[rows - 1][(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, cols);
+            };
+            if (pr.pack_a()) {
+              // Each B panel is used by the chunk's rows back to back (from L2 after the first).
+              // Meanwhile the next chunk of transposed A is prefetched, a slice per B panel: its
+              // rows are short segments lda apart, which the hardware prefetcher does not follow.
+              const int64_t next_r0 = cp_end * MR;
+              const int64_t next_rows = std::min(M, std::min(mp_hi, cp_end + chunk_panels) * MR) - next_r0;
+              const int64_t k_per_panel = ceil_div(kb, nb_panels);
+              for (int64_t jp = 0; jp < nb_panels; ++jp) {
+                if (next_rows > 0 && jp * k_per_panel < kb)
+                  prefetch_segments(pr.a + next_r0 + (k0 + jp * k_per_panel) * pr.a_cs, pr.a_cs,
+                                    std::min(k_per_panel, kb - jp * k_per_panel), next_rows);
+                for (int64_t ip = cp; ip < cp_end; ++ip) tile(ip, jp);
+              }
+            } else {
+              // MR rows of A stay in L1 while the B panels stream past.
+              for (int64_t ip = cp; ip < cp_end; ++ip)
+                for (int64_t jp = 0; jp < nb_panels; ++jp) tile(ip, jp);
             }
           }
         }
@@ -228,9 +249,8 @@ struct GemmDriver {
     // No more threads than tiles; none at all inside someone else's parallel region.
     nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
     if (omp_in_parallel()) nt = 1;
-    T* a_buf = pr.pack_a() ? scratch<T>(0, Blocks(pr).a_buf_elems(pr)) : nullptr;
     if (nt <= 1) {
-      run_thread(pr, 0, 1, a_buf, nullptr);
+      run_thread(pr, 0, 1, nullptr);
       return;
     }
     TeamBarrier barrier(nt);
@@ -239,9 +259,9 @@ struct GemmDriver {
       // The runtime may grant fewer threads than asked (OMP_DYNAMIC, thread limits): then thread 0
       // does it all, since the barrier counts on nt arrivals.
       if (omp_get_num_threads() == nt)
-        run_thread(pr, omp_get_thread_num(), nt, a_buf, &barrier);
+        run_thread(pr, omp_get_thread_num(), nt, &barrier);
       else if (omp_get_thread_num() == 0)
-        run_thread(pr, 0, 1, a_buf, nullptr);
+        run_thread(pr, 0, 1, nullptr);
     }
   }
 
