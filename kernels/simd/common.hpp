@@ -145,6 +145,27 @@ TG_INLINE float hsum(const Batch<Arch>& v) {
     return xsimd::hadd(v);
 }
 
+// Full-batch store that bypasses the caches (no read-for-ownership of the destination line).
+// p must be aligned to the batch size.
+template <class Arch>
+TG_INLINE void store_stream(float* p, const Batch<Arch>& v) {
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
+    _mm512_stream_ps(p, v);
+  else if constexpr (Batch<Arch>::size == 8)
+    _mm256_stream_ps(p, v);
+  else
+    _mm_stream_ps(p, v);
+}
+
+// Streaming stores pay off when y is too big to still be in cache when it is next read and every
+// row starts on a batch boundary.
+template <class Arch>
+bool stream_output(int64_t rows, int64_t cols, const float* y) {
+  constexpr int64_t W = Batch<Arch>::size;
+  return rows * cols * int64_t(sizeof(float)) >= cache_info().l3 / 2 && cols % W == 0 && cols <= 16384 &&
+         reinterpret_cast<uintptr_t>(y) % (W * sizeof(float)) == 0;
+}
+
 // A 64-byte aligned scratch array owned by one kernel call (partial sums). Plain new[] rather than
 // std::vector so that no library template is instantiated under this TU's instruction set.
 struct Scratch {

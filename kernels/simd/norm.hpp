@@ -1,8 +1,9 @@
 // SIMD layer norm over the last axis (float32), forward and backward. Shapes: x, y, dy, dx are
 // rows x cols; gamma, beta, dgamma, dbeta are cols; mean, rstd are rows. Contracts: kernels/kernels.hpp.
 //
-// Forward is row-parallel with the reference's two-pass (centred) variance, so rows with a large
-// mean do not lose their variance to cancellation. Backward computes dx row by row and accumulates
+// Forward is row-parallel: one pass for mean and variance (sums shifted by the row's first
+// element, falling back to the reference's centred two-pass variance when that shift is a poor
+// guess), fused with the previous row's output pass. Backward computes dx row by row and accumulates
 // dgamma / dbeta, which sum over rows: rows are cut into blocks fixed by the size alone, each block
 // sums its rows into its own partial vector, and the partials are added in block order. The thread
 // count only decides who computes which block, so the result is bitwise the same for any count.
@@ -17,65 +18,160 @@ TG_SIMD_SILENCE_GCC_PR105593_BEGIN
 namespace tapegrad::kernels::simd {
 namespace {
 
+struct RowStats {
+  float mean, rstd;
+};
+
+// Sums of one row shifted by K = x[0]: s1 += x - K, s2 += (x - K)^2. The shift keeps the single
+// pass accurate (see row_stats); K = x[0] costs nothing to find.
+template <class Arch>
+TG_INLINE void shifted_sums(const Batch<Arch>& v, const Batch<Arch>& k, Batch<Arch>& s1, Batch<Arch>& s2) {
+  const Batch<Arch> d = v - k;
+  s1 += d;
+  s2 = xsimd::fma(d, d, s2);
+}
+
+// mean and rstd from the shifted sums. var = E[(x-K)^2] - (E[x-K])^2 loses about
+// log2(1 + (mean-K)^2 / var) bits to cancellation, so when the first element sits more than 4
+// standard deviations from the mean (or anything is NaN) the row falls back to the reference's
+// method, the plain mean and then the centred variance, over a row that is still in L1.
+template <class Arch>
+RowStats row_stats(const float* x, int64_t n, float k, const Batch<Arch>& s1v, const Batch<Arch>& s2v, double eps) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const float inv_n = 1.0f / float(n);
+  const float d = hsum<Arch>(s1v) * inv_n;
+  float mu = k + d;
+  float var = hsum<Arch>(s2v) * inv_n - d * d;
+  if (!(d * d <= 16.0f * var)) {
+    B a0(0.0f), a1(0.0f);
+    int64_t c = 0;
+    for (; c + 2 * W <= n; c += 2 * W) {
+      a0 += B::load_unaligned(x + c);
+      a1 += B::load_unaligned(x + c + W);
+    }
+    for (; c + W <= n; c += W) a0 += B::load_unaligned(x + c);
+    if (c < n) a1 += load_tail<Arch>(x + c, n - c, 0.0f);
+    mu = hsum<Arch>(a0 + a1) * inv_n;
+    const B m(mu);
+    a0 = a1 = B(0.0f);
+    c = 0;
+    for (; c + 2 * W <= n; c += 2 * W) {
+      const B d0 = B::load_unaligned(x + c) - m, d1 = B::load_unaligned(x + c + W) - m;
+      a0 = xsimd::fma(d0, d0, a0);
+      a1 = xsimd::fma(d1, d1, a1);
+    }
+    for (; c + W <= n; c += W) {
+      const B d0 = B::load_unaligned(x + c) - m;
+      a0 = xsimd::fma(d0, d0, a0);
+    }
+    if (c < n) {
+      const B d0 = load_tail<Arch>(x + c, n - c, mu) - m;  // padding with mu adds 0
+      a1 = xsimd::fma(d0, d0, a1);
+    }
+    var = hsum<Arch>(a0 + a1) * inv_n;
+  }
+  return {mu, 1.0f / std::sqrt(var + float(eps))};
+}
+
+template <class Arch>
+RowStats row_stats_pass(const float* x, int64_t n, double eps) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B k(x[0]);
+  B s1a(0.0f), s2a(0.0f), s1b(0.0f), s2b(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    shifted_sums<Arch>(B::load_unaligned(x + c), k, s1a, s2a);
+    shifted_sums<Arch>(B::load_unaligned(x + c + W), k, s1b, s2b);
+  }
+  for (; c + W <= n; c += W) shifted_sums<Arch>(B::load_unaligned(x + c), k, s1a, s2a);
+  if (c < n) shifted_sums<Arch>(load_tail<Arch>(x + c, n - c, x[0]), k, s1b, s2b);
+  return row_stats<Arch>(x, n, x[0], s1a + s1b, s2a + s2b, eps);
+}
+
+// y = (x - mean) * rstd * gamma + beta for one row, fused with the statistics pass of the next
+// row xn (independent work, so the out-of-order core overlaps the two and a row's reductions no
+// longer stall the pipeline). xn is loaded before y is stored (4K aliasing). Returns xn's stats.
+template <class Arch, bool G, bool Bt, bool Stream>
+RowStats layer_norm_step(int64_t n, const float* x, RowStats st, const float* gamma, const float* beta, float* y,
+                         const float* xn, double eps) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B m(st.mean), s(st.rstd), k(xn[0]);
+  B s1a(0.0f), s2a(0.0f), s1b(0.0f), s2b(0.0f);
+  auto out = [&](int64_t c) {
+    B v = (B::load_unaligned(x + c) - m) * s;
+    if constexpr (G && Bt)
+      v = xsimd::fma(v, B::load_unaligned(gamma + c), B::load_unaligned(beta + c));
+    else if constexpr (G)
+      v = v * B::load_unaligned(gamma + c);
+    else if constexpr (Bt)
+      v = v + B::load_unaligned(beta + c);
+    return v;
+  };
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    const B v0 = B::load_unaligned(xn + c), v1 = B::load_unaligned(xn + c + W);
+    const B o0 = out(c), o1 = out(c + W);
+    if constexpr (Stream) {
+      store_stream<Arch>(y + c, o0);
+      store_stream<Arch>(y + c + W, o1);
+    } else {
+      o0.store_unaligned(y + c);
+      o1.store_unaligned(y + c + W);
+    }
+    shifted_sums<Arch>(v0, k, s1a, s2a);
+    shifted_sums<Arch>(v1, k, s1b, s2b);
+  }
+  for (; c + W <= n; c += W) {
+    const B v0 = B::load_unaligned(xn + c);
+    if constexpr (Stream)
+      store_stream<Arch>(y + c, out(c));
+    else
+      out(c).store_unaligned(y + c);
+    shifted_sums<Arch>(v0, k, s1a, s2a);
+  }
+  if (c < n) shifted_sums<Arch>(load_tail<Arch>(xn + c, n - c, xn[0]), k, s1b, s2b);
+  for (; c < n; ++c)
+    y[c] = (x[c] - st.mean) * st.rstd * (G ? gamma[c] : 1.0f) + (Bt ? beta[c] : 0.0f);
+  return row_stats<Arch>(xn, n, xn[0], s1a + s1b, s2a + s2b, eps);
+}
+
+// Rows [r0, r1); the first row's statistics take their own pass, every later row's come with
+// the previous row's output.
+template <class Arch, bool G, bool Bt, bool Stream>
+void layer_norm_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, const float* gamma, const float* beta,
+                     double eps, float* y, float* mean, float* rstd) {
+  RowStats st = row_stats_pass<Arch>(x + r0 * cols, cols, eps);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xn = x + std::min(r + 1, r1 - 1) * cols;  // the last row's "next" is itself: harmless
+    mean[r] = st.mean;
+    rstd[r] = st.rstd;
+    st = layer_norm_step<Arch, G, Bt, Stream>(cols, x + r * cols, st, gamma, beta, y + r * cols, xn, eps);
+  }
+  if constexpr (Stream) _mm_sfence();  // streamed lines visible before the team's barrier
+}
+
 template <class Arch>
 void layer_norm_f32(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* beta, double eps,
                     float* y, float* mean, float* rstd) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
   if (rows <= 0 || cols <= 0) return;
-  const float inv_n = 1.0f / float(cols);
   const int nt = team_for(rows * cols * 3, rows);
+  const bool stream = stream_output<Arch>(rows, cols, y);
   parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * cols;
-      float* yr = y + r * cols;
-      B a0(0.0f), a1(0.0f);
-      int64_t c = 0;
-      for (; c + 2 * W <= cols; c += 2 * W) {
-        a0 += B::load_unaligned(xr + c);
-        a1 += B::load_unaligned(xr + c + W);
-      }
-      for (; c + W <= cols; c += W) a0 += B::load_unaligned(xr + c);
-      if (c < cols) a1 += load_tail<Arch>(xr + c, cols - c, 0.0f);
-      const float mu = hsum<Arch>(a0 + a1) * inv_n;
-      const B m(mu);
-      a0 = B(0.0f);
-      a1 = B(0.0f);
-      c = 0;
-      for (; c + 2 * W <= cols; c += 2 * W) {
-        const B d0 = B::load_unaligned(xr + c) - m, d1 = B::load_unaligned(xr + c + W) - m;
-        a0 = xsimd::fma(d0, d0, a0);
-        a1 = xsimd::fma(d1, d1, a1);
-      }
-      for (; c + W <= cols; c += W) {
-        const B d = B::load_unaligned(xr + c) - m;
-        a0 = xsimd::fma(d, d, a0);
-      }
-      if (c < cols) {
-        const B d = load_tail<Arch>(xr + c, cols - c, mu) - m;  // padding with mu adds 0
-        a1 = xsimd::fma(d, d, a1);
-      }
-      const float var = hsum<Arch>(a0 + a1) * inv_n;
-      const float rs = 1.0f / std::sqrt(var + float(eps));
-      const B s(rs);
-      c = 0;
-      if (gamma && beta) {
-        for (; c + W <= cols; c += W)
-          xsimd::fma((B::load_unaligned(xr + c) - m) * s, B::load_unaligned(gamma + c), B::load_unaligned(beta + c))
-              .store_unaligned(yr + c);
-      } else if (gamma) {
-        for (; c + W <= cols; c += W)
-          ((B::load_unaligned(xr + c) - m) * s * B::load_unaligned(gamma + c)).store_unaligned(yr + c);
-      } else if (beta) {
-        for (; c + W <= cols; c += W)
-          ((B::load_unaligned(xr + c) - m) * s + B::load_unaligned(beta + c)).store_unaligned(yr + c);
-      } else {
-        for (; c + W <= cols; c += W) ((B::load_unaligned(xr + c) - m) * s).store_unaligned(yr + c);
-      }
-      for (; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
+#define TG_ROWS(G, Bt)                                                                                      \
+  (stream ? layer_norm_rows<Arch, G, Bt, true>(r0, r1, cols, x, gamma, beta, eps, y, mean, rstd)            \
+          : layer_norm_rows<Arch, G, Bt, false>(r0, r1, cols, x, gamma, beta, eps, y, mean, rstd))
+    if (gamma && beta)
+      TG_ROWS(true, true);
+    else if (gamma)
+      TG_ROWS(true, false);
+    else if (beta)
+      TG_ROWS(false, true);
+    else
+      TG_ROWS(false, false);
+#undef TG_ROWS
   });
 }
 

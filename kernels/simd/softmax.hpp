@@ -206,18 +206,6 @@ void softmax_row(const float* x, const float* mask, float scale, bool plain, int
   if (active < cols) fill_zero<Arch>(y + active, cols - active);
 }
 
-// Full-batch store that bypasses the caches (no read-for-ownership of the destination line).
-// p must be aligned to the batch size.
-template <class Arch>
-TG_INLINE void store_stream(float* p, const Batch<Arch>& v) {
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
-    _mm512_stream_ps(p, v);
-  else if constexpr (Batch<Arch>::size == 8)
-    _mm256_stream_ps(p, v);
-  else
-    _mm_stream_ps(p, v);
-}
-
 // One step of the software-pipelined plain softmax, over the n columns of three rows at once:
 //   e = exp(xe - max_e), returning sum(e)         (pass 2 of row r)
 //   max and min of xn into next                   (pass 1 of row r + 1)
@@ -331,15 +319,6 @@ void softmax_plain_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, fl
   }
   scale_copy<Arch, Stream>(ebuf(r1 - 1), kp, cols, y + (r1 - 1) * cols);
   if constexpr (Stream) _mm_sfence();  // streamed lines visible before the team's barrier
-}
-
-// Streaming stores pay off when y is too big to still be in cache when it is next read and every
-// row starts on a batch boundary.
-template <class Arch>
-bool stream_output(int64_t rows, int64_t cols, const float* y) {
-  constexpr int64_t W = Batch<Arch>::size;
-  return rows * cols * int64_t(sizeof(float)) >= cache_info().l3 / 2 && cols % W == 0 && cols <= 16384 &&
-         reinterpret_cast<uintptr_t>(y) % (W * sizeof(float)) == 0;
 }
 
 template <class Arch>
