@@ -594,9 +594,9 @@ TEST_CASE("cross_entropy matches the reference", "[kernels][softmax]") {
 TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm]") {
   // The row sums are reordered: mean within s = (4 + 2 sqrt(cols)) eps of max|x| (the random-walk
   // size of a reordered sum of cols terms, with 2x margin; the worst case would be cols/2 eps), rstd
-  // within 4s. An error of s |mean| in the mean moves xhat = (x - mean) rstd by s |mean| rstd,
-  // which is large when the row's spread is small next to its mean (here mean ~ 10), so per row:
-  //   y, dx: 4 s (|mean| rstd + max|xhat|) max|gamma|
+  // within 4s. An error of s max|x| in the mean moves xhat = (x - mean) rstd by s max|x| rstd,
+  // which is large when the row's spread is small next to its values (here mean ~ 10), so per row:
+  //   y, dx: 4 s (max|x| rstd + max|xhat|) max|gamma|
   //   dgamma: rows terms of size |dy| |xhat|, each off by the row's limit, plus their reordering;
   //   dbeta: rows terms of size <= 1, added in blocks: (rows + 1) eps.
   const int threads = GENERATE(1, 2);
@@ -629,7 +629,7 @@ TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm
     double xh = 0;
     for (int64_t c = 0; c < cols; ++c)
       xh = std::max(xh, std::abs(double(x[size_t(r * cols + c)]) - mean[size_t(r)]) * rstd[size_t(r)]);
-    row_lim[size_t(r)] = 4 * sum_err * (std::abs(double(mean[size_t(r)])) * rstd[size_t(r)] + xh) * 1.5;
+    row_lim[size_t(r)] = 4 * sum_err * (row_absmax[size_t(r)] * rstd[size_t(r)] + xh) * 1.5;
     max_row = std::max(max_row, row_lim[size_t(r)]);
   }
   auto elem_limit = [&](const std::vector<float>&) { return [&](size_t i) { return row_lim[size_t(int64_t(i) / cols)]; }; };
