@@ -442,7 +442,9 @@ void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const 
 
 // Cross-entropy from logits, fused; per row (target t not ignored), with logp = x - lse:
 //   loss = (1 - eps) (lse - x[t]) + eps/V (V lse - sum x)
-//   grad = grad_scale * (exp(x - lse) - eps/V - (1 - eps) [v == t])
+//   grad = grad_scale * (p - eps/V - (1 - eps) [v == t]),  p = e / sum(e),  e = exp(x - max)
+// Three passes: max, min and sum(x); e into the gradient row (which stays in L1/L2) and its sum;
+// then the gradient from e in place, so each logit costs one exp.
 template <class Arch>
 int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const int32_t* targets,
                           int32_t ignore_index, double eps, float* row_loss, float* grad, double grad_scale) {
@@ -452,7 +454,7 @@ int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const in
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
   const float gs = float(grad_scale), smooth = float(eps / double(V)), on = float(1 - eps);
-  const int nt = team_for(rows * V * (grad ? 6 : 3), rows);
+  const int nt = team_for(rows * V * 4, rows);
   parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = logits + r * V;
@@ -463,37 +465,44 @@ int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const in
         if (gr) fill_zero<Arch>(gr, V);
         continue;
       }
-      // pass 1: max and sum(x) together
-      B m0(-kInf), m1(-kInf), s0(0.0f), s1(0.0f);
+      // pass 1: max, min and sum(x) together
+      B m0(-kInf), m1(-kInf), n0(kInf), n1(kInf), s0(0.0f), s1(0.0f);
       int64_t c = 0;
       for (; c + 2 * W <= V; c += 2 * W) {
         const B v0 = B::load_unaligned(xr + c), v1 = B::load_unaligned(xr + c + W);
-        m0 = xsimd::max(m0, v0);
-        m1 = xsimd::max(m1, v1);
+        max_min_step<Arch>(v0, m0, n0);
+        max_min_step<Arch>(v1, m1, n1);
         s0 += v0;
         s1 += v1;
       }
       for (; c + W <= V; c += W) {
         const B v = B::load_unaligned(xr + c);
-        m0 = xsimd::max(m0, v);
+        max_min_step<Arch>(v, m0, n0);
         s0 += v;
       }
       if (c < V) {
         m1 = xsimd::max(m1, load_tail<Arch>(xr + c, V - c, -kInf));
+        n1 = xsimd::min(n1, load_tail<Arch>(xr + c, V - c, kInf));
         s1 += load_tail<Arch>(xr + c, V - c, 0.0f);
       }
-      const float mx = hmax<Arch>(xsimd::max(m0, m1));
+      const MaxMin mm = finish_max_min<Arch>(xsimd::max(m0, m1), xsimd::min(n0, n1));
       const float sum_x = hsum<Arch>(s0 + s1);
-      const float lse = mx + std::log(exp_shift_sum_only<Arch>(xr, mx, V));
+      // pass 2: the sum of exp, storing e in the gradient row when there is one
+      float sum;
+      if (gr)
+        sum = exp_pass<Arch>(xr, mm, V, gr);
+      else
+        sum = exp_shift_sum_only<Arch>(xr, mm.max, V);
+      const float lse = mm.max + std::log(sum);
       row_loss[r] = on * (lse - xr[t]) + smooth * (float(V) * lse - sum_x);
       if (!gr) continue;
-      const B l(lse), g(gs), sm(smooth);
+      // pass 3: grad = gs (e / sum - eps/V), then the target's extra -(1 - eps)
+      const float inv = 1.0f / sum, p_t = gr[t] * inv;
+      const B k(gs * inv), off(-gs * smooth);
       c = 0;
-      for (; c + W <= V; c += W)
-        (g * (exp_nonpositive<Arch>(B::load_unaligned(xr + c) - l) - sm)).store_unaligned(gr + c);
-      if (c < V)
-        store_tail<Arch>(gr + c, V - c, g * (exp_nonpositive<Arch>(load_tail<Arch>(xr + c, V - c, 0.0f) - l) - sm));
-      gr[t] = gs * (std::exp(xr[t] - lse) - smooth - on);
+      for (; c + W <= V; c += W) xsimd::fma(B::load_unaligned(gr + c), k, off).store_unaligned(gr + c);
+      for (; c < V; ++c) gr[c] = gr[c] * (gs * inv) - gs * smooth;
+      gr[t] = gs * (p_t - smooth - on);
     }
   });
   return counted;
