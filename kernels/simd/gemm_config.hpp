@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -81,9 +83,9 @@ const Blocking& blocking() {
   return b;
 }
 
-// Below this many flops (2*M*N*K) a GEMM runs on one thread: an OpenMP fork/join and the barriers
-// cost a few microseconds, about what 2 MFLOP takes on one core.
-inline constexpr double kMinFlopsPerThread = 2.0e6;
+// Below this many flops (2*M*N*K) per thread a GEMM does not even consider a team: a fork/join
+// costs a few microseconds on a quiet machine, about what 1 MFLOP takes on one core.
+inline constexpr double kMinFlopsPerThread = 1.0e6;
 
 // Row-major B up to this many bytes (K x N) is read in place instead of packed (see gemm_driver.hpp).
 inline constexpr int64_t kMaxUnpackedB = 64 << 10;
@@ -148,5 +150,46 @@ class TeamBarrier {
   alignas(64) std::atomic<int> generation_{0};
   int n_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// What a thread team costs right now. On a quiet machine a fork/join plus the final rendezvous
+// costs a few microseconds. On a machine shared with other work a thread may wait milliseconds for
+// a core: with compilers running, a two-thread 128^3 GEMM (20 us of work) took 14 ms, where
+// OpenBLAS merely fell to one thread's speed. So every team-run GEMM records what the team cost
+// beyond the calling thread's own work, and a GEMM takes a team only when half its one-thread time
+// exceeds that cost. The estimate halves every 200 ms without news, so after the machine quietens
+// small GEMMs go back to teams within about two seconds; under lasting load that costs one slow
+// call per such period.
+class TeamCost {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+  // Should a GEMM that takes about `single_us` on one thread use a team?
+  bool worth_it(double single_us) const { return single_us >= 2.0 * estimate_us(Clock::now()); }
+
+  void record(double overhead_us) {
+    const auto now = Clock::now();
+    const double old = estimate_us(now);
+    ema_us_.store(0.5 * old + 0.5 * std::min(overhead_us, 1e6), std::memory_order_relaxed);
+    stamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
+  double estimate_us(Clock::time_point now) const {
+    const double age_ms = micros(now.time_since_epoch() - Clock::duration(stamp_.load(std::memory_order_relaxed))) * 1e-3;
+    return std::max(kFloorUs, ema_us_.load(std::memory_order_relaxed) * std::exp2(-age_ms / 200.0));
+  }
+
+ private:
+  static constexpr double kFloorUs = 3.0;
+  std::atomic<double> ema_us_{5.0};
+  std::atomic<Clock::rep> stamp_{0};
+};
+
+inline TeamCost& team_cost() {
+  static TeamCost cost;
+  return cost;
+}
 
 }  // namespace tapegrad::kernels::simd::gemm_detail

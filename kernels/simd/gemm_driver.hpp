@@ -15,8 +15,9 @@
 // Threads split the tile grid as tm x tn, balanced in whole panels (no two threads write the same
 // cache line of C except at a panel edge); N is split unless A needs transposing and is the larger
 // operand (then M: each thread packs all of B instead of transposing all of A).
-// Small problems (under kMinFlopsPerThread per thread) run on the calling thread with no OpenMP
-// region; small row-major B and small transposed A are read in place (no packing at all).
+// Small problems run on the calling thread with no OpenMP region: under kMinFlopsPerThread per
+// thread, or while a team costs more than half the one-thread time (TeamCost: on a shared machine
+// a team can cost milliseconds). Small row-major B and small transposed A are read in place.
 // Batched GEMMs of small matrices (attention heads) parallelise over the batch instead.
 // Not here: the micro-kernel (gemm_micro.hpp), packing (gemm_pack.hpp), the block sizes.
 #pragma once
@@ -126,16 +127,22 @@ struct GemmDriver {
   }
 
   // The loop nest above, for thread `tid` of `nt`.
-  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier) {
+  // own_us (thread 0 of a team): receives the time this thread spent on its own share, before the
+  // final rendezvous, so the caller can tell what the team cost (see TeamCost).
+  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier, double* own_us = nullptr) {
+    const auto t0 = TeamCost::Clock::now();
     if (pr.a_cs != 1 && !pr.pack_a())
-      run_thread<true>(pr, tid, nt, barrier);
+      run_thread<true>(pr, tid, nt);
     else
-      run_thread<false>(pr, tid, nt, barrier);
+      run_thread<false>(pr, tid, nt);
+    if (own_us) *own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
+    // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
+    if (nt > 1) barrier->wait();
   }
 
   // AK: A is read in place column by column (small transposed A, see Problem::a_in_place).
   template <bool AK>
-  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier) {
+  static void run_thread(const Problem& pr, int tid, int nt) {
     const int64_t M = pr.M, N = pr.N, K = pr.K, kc = depth_block(K);
     int tm, tn;
     choose_grid(pr, nt, tm, tn);
@@ -227,8 +234,6 @@ struct GemmDriver {
         }
       }
     }
-    // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
-    if (nt > 1) barrier->wait();
   }
 
   // One GEMM on up to nt threads.
@@ -246,24 +251,34 @@ struct GemmDriver {
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
-    // No more threads than tiles; none at all inside someone else's parallel region.
+    // No more threads than tiles; none at all inside someone else's parallel region; and none while
+    // a team costs more than it saves (see TeamCost).
     nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
-    if (omp_in_parallel()) nt = 1;
+    if (omp_in_parallel() || (nt > 1 && !team_cost().worth_it(single_thread_us(flops)))) nt = 1;
     if (nt <= 1) {
       run_thread(pr, 0, 1, nullptr);
       return;
     }
     TeamBarrier barrier(nt);
+    double own_us = 0;
+    const auto start = TeamCost::Clock::now();
 #pragma omp parallel num_threads(nt)
     {
       // The runtime may grant fewer threads than asked (OMP_DYNAMIC, thread limits): then thread 0
       // does it all, since the barrier counts on nt arrivals.
+      const int tid = omp_get_thread_num();
+      const auto t0 = TeamCost::Clock::now();
       if (omp_get_num_threads() == nt)
-        run_thread(pr, omp_get_thread_num(), nt, &barrier);
-      else if (omp_get_thread_num() == 0)
+        run_thread(pr, tid, nt, &barrier, tid == 0 ? &own_us : nullptr);
+      else if (tid == 0)
         run_thread(pr, 0, 1, nullptr);
+      if (tid == 0 && own_us == 0) own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
     }
+    team_cost().record(TeamCost::micros(TeamCost::Clock::now() - start) - own_us);
   }
+
+  // A rough one-thread time (microseconds) for `flops`: 70% of two W-wide FMAs per cycle at 3 GHz.
+  static double single_thread_us(double flops) { return flops / (0.7 * 2 * 2 * W * 3e3); }
 
   // Batched: small matrices go one per thread (no barriers, private buffers); large ones, or a
   // batch too short to balance, go one after another with the team inside each.
@@ -272,7 +287,8 @@ struct GemmDriver {
                            T* C, int64_t ldc, int64_t sc, int nt) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     const double flops = 2.0 * double(M) * double(N) * double(K);
-    const bool per_matrix_team = batch == 1 || nt == 1 || omp_in_parallel() ||
+    if (omp_in_parallel() || !team_cost().worth_it(single_thread_us(flops * double(batch)))) nt = 1;
+    const bool per_matrix_team = batch == 1 || nt == 1 ||
                                  (flops >= 16 * kMinFlopsPerThread && batch % nt != 0 && batch < 4 * nt);
     if (per_matrix_team) {
       for (int64_t i = 0; i < batch; ++i)
@@ -284,13 +300,18 @@ struct GemmDriver {
     const int team = int(std::min<int64_t>(nt, batch));
     std::atomic<int64_t> next{0};
     TeamBarrier barrier(team);
+    double own_us = 0;
+    const auto start = TeamCost::Clock::now();
 #pragma omp parallel num_threads(team)
     {
+      const auto t0 = TeamCost::Clock::now();
       for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < batch;
            i = next.fetch_add(1, std::memory_order_relaxed))
         gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+      if (omp_get_thread_num() == 0) own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
       if (omp_get_num_threads() == team) barrier.wait();
     }
+    team_cost().record(TeamCost::micros(TeamCost::Clock::now() - start) - own_us);
   }
 };
 

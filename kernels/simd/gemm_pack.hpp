@@ -250,22 +250,4 @@ void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t
   }
 }
 
-// Rows [0, m) of a transposed A block of depth kc, element (i, k) at src[k*lda + i], into k-major
-// panels of MR rows, `stride` elements apart: dst[p*stride + k*MR + i] = element (p*MR + i, k).
-// A copy, not a transpose: each stored row k is read once, contiguously, and cut into MR-element
-// pieces (two moves each), about twice the rate of W x W transposes into row-major.
-template <class T, int MR>
-void pack_a_kmajor(int64_t m, int64_t kc, const T* src, int64_t lda, T* dst, int64_t stride) {
-  const int64_t full = m / MR, tail = m % MR;
-  for (int64_t k = 0; k < kc; ++k) {
-    const T* row = src + k * lda;
-    T* d = dst + k * MR;
-    for (int64_t p = 0; p < full; ++p) std::memcpy(d + p * stride, row + p * MR, MR * sizeof(T));
-    if (tail) {
-      for (int64_t i = 0; i < tail; ++i) d[full * stride + i] = row[full * MR + i];
-      for (int64_t i = tail; i < MR; ++i) d[full * stride + i] = T(0);
-    }
-  }
-}
-
 }  // namespace tapegrad::kernels::simd::gemm_detail
