@@ -56,8 +56,9 @@ void gemm_over_batch(const Shape& batch, const MatrixOperand& A, const MatrixOpe
   for (int i = dims.ndim() - 2; i >= 0; --i) {
     const int64_t n1 = dims[i + 1];
     if (sa[i] == sa[i + 1] * n1 && sb[i] == sb[i + 1] * n1 && sc[i] == sc[i + 1] * n1) {
-      dims[i] *= n1;
-      dims.erase(i + 1), sa.erase(i + 1), sb.erase(i + 1), sc.erase(i + 1);
+      // the merged dim steps by the inner dim's strides
+      dims[i + 1] *= dims[i];
+      dims.erase(i), sa.erase(i), sb.erase(i), sc.erase(i);
     }
   }
   const T* a0 = A.t.data<T>();

@@ -139,6 +139,15 @@ std::vector<OpCheck> build() {
             const Tensor w = softmax(matmul(q, transpose(k, 1, 2)), {1.0 / std::sqrt(3.0), {}, true});
             return matmul(w, v);
           });
+  add_row("multihead_attention_composition", "x[2,3,8] m[2,5,8] 2 heads", {in({2, 3, 8}), in({2, 5, 8}), in({8, 8})},
+          [](Inputs x) {
+            // heads split by views: q [B,H,Tq,dk], k^T [B,H,dk,Tk] (a transposed view), v [B,H,Tk,dk]
+            const Tensor q = linear(x[0], x[2]).reshape({2, 3, 2, 4}).permute({0, 2, 1, 3});
+            const Tensor kt = linear(x[1], x[2]).reshape({2, 5, 2, 4}).permute({0, 2, 3, 1});
+            const Tensor v = x[1].reshape({2, 5, 2, 4}).permute({0, 2, 1, 3});
+            const Tensor w = softmax(matmul(q, kt), {0.5, {}, false});
+            return matmul(w, v).permute({0, 2, 1, 3}).reshape({2, 3, 8});
+          });
   return c;
 }
 

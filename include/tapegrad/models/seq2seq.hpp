@@ -1,0 +1,85 @@
+// The three sequence-to-sequence models of the path Vanilla Seq2Seq -> Attention Seq2Seq -> Transformer.
+//
+//   rnn:           RNN encoder; the decoder starts from the encoder's final state and sees nothing else
+//                  of the source (the bottleneck).
+//   attention-rnn: the same, plus attention over all encoder states at every decoder step (Luong-style
+//                  with input feeding; additive (Bahdanau) or dot scoring).
+//   transformer:   encoder-decoder Transformer: N layers each side, multi-head self-attention, masked
+//                  decoder self-attention, cross-attention, sin/cos or learned positions.
+// Each has a teacher-forced loss, greedy decoding and beam search. One vocabulary serves both sides.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tapegrad/data.hpp"
+#include "tapegrad/nn/attention.hpp"
+#include "tapegrad/nn/rnn.hpp"
+#include "tapegrad/nn/transformer.hpp"
+
+namespace tapegrad::models {
+
+enum class ModelKind { rnn, attention_rnn, transformer };
+const char* model_name(ModelKind k);
+ModelKind parse_model(const std::string& name);  // "rnn" | "attention-rnn" | "transformer"
+
+struct ModelConfig {
+  ModelKind kind = ModelKind::transformer;
+  int64_t vocab_size = 0;
+  int64_t d_model = 128;  // embedding width (all models) and Transformer width
+  int64_t layers = 2;     // per side
+  double dropout = 0.1;
+  // Transformer
+  int64_t heads = 4;
+  int64_t d_ff = 512;
+  nn::PositionalKind positional = nn::PositionalKind::sinusoidal;
+  bool norm_first = false;
+  nn::Activation activation = nn::Activation::relu;
+  int64_t max_len = 512;
+  // RNN models
+  nn::CellKind cell = nn::CellKind::gru;
+  int64_t hidden = 256;
+  nn::AttentionScore score = nn::AttentionScore::additive;
+
+  std::string to_json() const;
+  // Validates every field; throws Error naming the bad one.
+  static ModelConfig from_json(const std::string& json);
+  void validate() const;
+};
+
+class Seq2Seq : public nn::Module {
+ public:
+  explicit Seq2Seq(const ModelConfig& c, uint64_t seed) : config_(c), gen_(seed) {}
+  // Teacher-forced logits [B, T, V] for predicting batch.tgt_out from batch.tgt_in.
+  virtual Tensor logits(const data::Batch& batch) = 0;
+  // Mean cross-entropy over the non-pad target tokens.
+  Tensor loss(const data::Batch& batch, double label_smoothing = 0.0);
+  // Greedy decoding of src [B, S] (lengths src_len): up to max_len tokens each, stopping at <eos>.
+  virtual std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>& src_len,
+                                                          int64_t max_len) = 0;
+  // Beam search for one source sequence; returns the best hypothesis (without <bos>/<eos>),
+  // scored by log-probability / length^alpha.
+  std::vector<int32_t> beam_search(const std::vector<int32_t>& src, int64_t beam, int64_t max_len,
+                                   double alpha = 0.6);
+  // Log-probabilities of the next token for each prefix in `prefixes` (all of one length, starting
+  // with <bos>) given the same source: [N, V]. Used by beam search.
+  virtual Tensor next_token_log_probs(const std::vector<int32_t>& src,
+                                      const std::vector<std::vector<int32_t>>& prefixes) = 0;
+  // Attention weights of the last forward pass (for heatmaps), when kept: see keep_attention.
+  virtual void keep_attention(bool on) = 0;
+  // Named attention maps, each [B, Tq, Tk] (averaged over heads for the Transformer).
+  virtual std::vector<std::pair<std::string, Tensor>> attention_maps() const = 0;
+
+  const ModelConfig& config() const { return config_; }
+  // The model's own generator (dropout masks), saved in checkpoints so a resume is exact.
+  Generator& generator() { return gen_; }
+
+ protected:
+  ModelConfig config_;
+  Generator gen_;
+};
+
+std::unique_ptr<Seq2Seq> make_model(const ModelConfig& config, uint64_t seed);
+
+}  // namespace tapegrad::models

@@ -1,0 +1,58 @@
+// Attention: multi-head scaled dot-product attention (Transformer) and additive / dot-product
+// attention over encoder states (attention RNN seq2seq).
+#pragma once
+
+#include "tapegrad/nn/layers.hpp"
+
+namespace tapegrad::nn {
+
+// Additive mask for keys that are padding: ids [B, S] -> float [B, 1, 1, S] holding 0 for real
+// tokens and -1e9 for <pad> (a large finite value: a fully padded row stays finite).
+Tensor key_padding_mask(const Tensor& ids, DType dtype = DType::f32);
+
+// Per head h: q = x W_Q^h, k = m W_K^h, v = m W_V^h, weights = softmax(q k^T / sqrt(d_k) + mask),
+// out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
+  // mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
+  // causal: query i may not attend to key j > i (decoder self-attention).
+  Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen);
+  // When on, forward keeps its attention weights [B, H, Tq, Tk] (detached) for inspection.
+  void keep_weights(bool on) { keep_weights_ = on; }
+  const Tensor& last_weights() const { return last_weights_; }
+  int64_t heads() const { return heads_; }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+
+ private:
+  int64_t dim_, heads_;
+  std::shared_ptr<Dropout> drop_;
+  bool keep_weights_ = false;
+  Tensor last_weights_;
+};
+
+enum class AttentionScore { additive, dot };
+const char* score_name(AttentionScore s);
+AttentionScore parse_score(const std::string& name);  // "additive"|"bahdanau", "dot"|"luong"
+
+// Attention of one decoder state over all encoder states.
+//   additive (Bahdanau): e_j = v^T tanh(W_q s + W_k h_j);  dot (Luong, general): e_j = s^T W h_j
+// weights = softmax(e + mask), context = sum_j weights_j h_j.
+class SeqAttention : public Module {
+ public:
+  SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen);
+  // Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys.
+  Tensor precompute(const Tensor& keys) const;
+  // query [B, Q], keys [B, S, K] (as given to precompute), projected = precompute(keys),
+  // mask additive [B, S] or undefined -> context [B, K]; weights [B, S] written to *weights if non-null.
+  Tensor forward(const Tensor& query, const Tensor& keys, const Tensor& projected, const Tensor& mask,
+                 Tensor* weights = nullptr) const;
+  AttentionScore score() const { return score_; }
+
+ private:
+  AttentionScore score_;
+  std::shared_ptr<Linear> query_proj_, key_proj_;
+  Tensor v_;  // [attn_dim] for additive scoring
+};
+
+}  // namespace tapegrad::nn

@@ -1,0 +1,56 @@
+// Module: a tree of named parameters and sub-modules, with train/eval mode.
+//
+// Parameters are leaf tensors that require grad; their full names are the dotted path from the root
+// (`encoder.layers.0.self_attn.q_proj.weight`), which is also what checkpoints store and what tape
+// dumps show. Registration order is kept, so iteration is deterministic.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tapegrad/tensor.hpp"
+
+namespace tapegrad::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter below this module, depth first in registration order, with its dotted name.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t parameter_count() const;
+  void zero_grad();
+
+  // Converts every parameter and buffer in place (float32 for training, float64 for gradcheck).
+  void to(DType dtype);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+ protected:
+  // Marks `t` as a parameter (requires grad) called `name` within this module.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  // A constant tensor that follows to(dtype) but is neither trained nor saved (e.g. sin/cos tables).
+  Tensor register_buffer(Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<Tensor> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tapegrad::nn

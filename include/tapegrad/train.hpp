@@ -1,0 +1,105 @@
+// Training, evaluation and checkpoints for the seq2seq models: what `tapegrad train/eval/translate`
+// run, as a library so tests drive the same code.
+//
+// Reproducibility: the batch of step s is a pure function of (seed, s) (built-in tasks sample it from
+// a generator seeded by both; TSV data is shuffled per epoch by a generator seeded by (seed, epoch)),
+// dropout draws from the model's generator, whose state is checkpointed, and the learning rate is a
+// function of s. So N straight steps and k steps + save + resume + N-k steps give identical bits.
+//
+// A checkpoint directory holds model.safetensors (parameters named as the model names them; metadata:
+// format, model config, vocabulary, tokenisation, step, the training options) and
+// optimizer.safetensors (optimizer state and the model generator's state, with the same step).
+// Both are written atomically; the step in each must agree on load.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tapegrad/data.hpp"
+#include "tapegrad/models/seq2seq.hpp"
+#include "tapegrad/optim.hpp"
+
+namespace tapegrad::train {
+
+struct TrainOptions {
+  models::ModelConfig model;      // vocab_size is filled from the data
+  std::string task = "reverse";   // built-in task, unless train_file is set
+  data::TaskOptions task_options;
+  std::string train_file, valid_file;  // TSV
+  data::Tokenization tokenization = data::Tokenization::chars;
+  double valid_fraction = 0.1;    // TSV without valid_file: hold out this fraction
+  int64_t steps = 2000;
+  int64_t batch_size = 64;
+  std::string optimizer = "adamw";  // adamw | adam | sgd
+  double lr = 1e-3;
+  double momentum = 0.9;          // sgd
+  double weight_decay = 0.01;
+  optim::Schedule schedule = optim::Schedule::inverse_sqrt;
+  int64_t warmup = 200;
+  double clip_norm = 1.0;
+  double label_smoothing = 0.0;
+  uint64_t seed = 1;
+  int threads = 0;                // 0: the default
+  int64_t valid_size = 500;       // built-in task: held-out examples
+  int64_t eval_every = 500;
+  int64_t log_every = 50;
+  int64_t save_every = 1000;      // also at the end
+  int64_t decode_max_len = 0;     // 0: longest target in the data + 8
+  std::string out_dir;            // empty: no checkpoints or CSV
+  std::string resume_dir;
+
+  std::string to_json() const;
+  static TrainOptions from_json(const std::string& json);
+};
+
+struct EvalResult {
+  double loss = 0;            // teacher-forced mean cross-entropy
+  double token_accuracy = 0;  // greedy output vs target, position by position, over target tokens
+  double exact_match = 0;     // greedy output equals the target exactly
+  int64_t examples = 0;
+  std::vector<std::string> samples;  // a few "source -> output (target)" lines
+};
+
+// Everything a session needs: data, vocabulary, model, optimizer, and where it is.
+struct Session {
+  TrainOptions options;
+  data::Vocab vocab;
+  std::unique_ptr<data::Task> task;  // null for TSV data
+  std::vector<data::Example> train_examples, valid_examples;
+  std::unique_ptr<models::Seq2Seq> model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  int64_t step = 0;  // steps completed
+
+  data::Batch batch_for_step(int64_t step) const;
+  std::string describe() const;
+};
+
+// Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
+// model shape then override, e.g. a larger --steps).
+Session make_session(const TrainOptions& options);
+
+struct StepLog {
+  int64_t step;
+  double loss, lr, grad_norm, tokens_per_second, seconds;
+};
+// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
+// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.
+void train(Session& session, const std::function<void(const StepLog&)>& on_step,
+           const std::function<void(int64_t step, const EvalResult&)>& on_eval);
+
+EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples = 5);
+
+void save_checkpoint(const Session& session, const std::string& dir);
+// Loads a checkpoint for inference: model (eval mode), vocabulary and the training options.
+struct LoadedModel {
+  std::unique_ptr<models::Seq2Seq> model;
+  data::Vocab vocab;
+  TrainOptions options;
+  int64_t step = 0;
+};
+LoadedModel load_checkpoint(const std::string& dir);
+
+}  // namespace tapegrad::train

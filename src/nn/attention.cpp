@@ -1,0 +1,90 @@
+// Multi-head scaled dot-product attention and the additive / dot attention of RNN seq2seq.
+#include "tapegrad/nn/attention.hpp"
+
+#include <cmath>
+
+#include "tapegrad/autograd.hpp"
+#include "tapegrad/data.hpp"
+
+namespace tapegrad::nn {
+
+Tensor key_padding_mask(const Tensor& ids, DType dtype) {
+  if (ids.dtype() != DType::i32 || ids.ndim() != 2)
+    throw ShapeError("key_padding_mask: expected int32 ids [B, S], got " + ids.describe());
+  const Tensor c = ids.contiguous();
+  const int32_t* p = c.data<int32_t>();
+  std::vector<double> m(size_t(c.numel()));
+  for (size_t i = 0; i < m.size(); ++i) m[i] = p[i] == data::kPad ? -1e9 : 0.0;
+  return Tensor::from_vector(m, {ids.size(0), 1, 1, ids.size(1)}, dtype);
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen)
+    : dim_(dim), heads_(heads) {
+  if (heads <= 0 || dim % heads != 0)
+    throw ShapeError("MultiHeadAttention: d_model " + std::to_string(dim) + " is not divisible by heads " +
+                     std::to_string(heads));
+  q_proj = register_module("q_proj", std::make_shared<Linear>(dim, dim, gen));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(dim, dim, gen));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(dim, dim, gen));
+  out_proj = register_module("out_proj", std::make_shared<Linear>(dim, dim, gen));
+  drop_ = register_module("dropout", std::make_shared<Dropout>(dropout));
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal,
+                                   Generator& gen) {
+  if (query.ndim() != 3 || memory.ndim() != 3 || query.size(2) != dim_ || memory.size(2) != dim_ ||
+      query.size(0) != memory.size(0))
+    throw ShapeError("MultiHeadAttention: expected query [B,Tq," + std::to_string(dim_) + "] and memory [B,Tk," +
+                     std::to_string(dim_) + "], got query=" + to_string(query.shape()) +
+                     " memory=" + to_string(memory.shape()));
+  const int64_t B = query.size(0), Tq = query.size(1), Tk = memory.size(1), H = heads_, dk = dim_ / heads_;
+  // Views only: heads split off the feature axis; k is laid out as k^T so GEMM reads it transposed.
+  const Tensor q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});   // [B,H,Tq,dk]
+  const Tensor kt = k_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 3, 1});  // [B,H,dk,Tk]
+  const Tensor v = v_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 1, 3});  // [B,H,Tk,dk]
+  const Tensor weights = softmax(matmul(q, kt), {1.0 / std::sqrt(double(dk)), mask, causal});  // [B,H,Tq,Tk]
+  if (keep_weights_) last_weights_ = weights.detach().clone();
+  const Tensor o = matmul(drop_->forward(weights, gen), v);                                  // [B,H,Tq,dk]
+  return out_proj->forward(o.permute({0, 2, 1, 3}).reshape({B, Tq, dim_}));
+}
+
+const char* score_name(AttentionScore s) { return s == AttentionScore::additive ? "additive" : "dot"; }
+
+AttentionScore parse_score(const std::string& name) {
+  if (name == "additive" || name == "bahdanau") return AttentionScore::additive;
+  if (name == "dot" || name == "luong") return AttentionScore::dot;
+  throw Error("attention: unknown scoring '" + name + "' (expected additive or dot)");
+}
+
+SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen)
+    : score_(score) {
+  if (score == AttentionScore::additive) {
+    query_proj_ = register_module("query_proj", std::make_shared<Linear>(query_dim, attn_dim, gen, false));
+    key_proj_ = register_module("key_proj", std::make_shared<Linear>(key_dim, attn_dim, gen));
+    const double bound = 1.0 / std::sqrt(double(attn_dim));
+    v_ = register_parameter("v", Tensor::rand({attn_dim}, gen, DType::f32, -bound, bound));
+  } else {
+    key_proj_ = register_module("key_proj", std::make_shared<Linear>(key_dim, query_dim, gen, false));
+  }
+}
+
+Tensor SeqAttention::precompute(const Tensor& keys) const { return key_proj_->forward(keys); }
+
+Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tensor& projected, const Tensor& mask,
+                             Tensor* weights_out) const {
+  const int64_t B = keys.size(0), S = keys.size(1);
+  Tensor scores;  // [B, S]
+  if (score_ == AttentionScore::additive) {
+    // e_j = v^T tanh(W_q s + W_k h_j)
+    const Tensor q = query_proj_->forward(query).reshape({B, 1, -1});
+    scores = matmul(tanh(add(projected, q)), v_);
+  } else {
+    // e_j = (W h_j)^T s
+    scores = matmul(projected, query.reshape({B, -1, 1})).reshape({B, S});
+  }
+  const Tensor w = softmax(scores, {1.0, mask, false});
+  if (weights_out) *weights_out = w;
+  return matmul(w.reshape({B, 1, S}), keys).reshape({B, -1});
+}
+
+}  // namespace tapegrad::nn

@@ -1,0 +1,83 @@
+// Basic layers: Linear, Embedding, LayerNorm, positional encodings, feed-forward.
+#include "tapegrad/nn/layers.hpp"
+
+#include <cmath>
+
+namespace tapegrad::nn {
+
+Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
+  const double bound = 1.0 / std::sqrt(double(std::max<int64_t>(in, 1)));
+  weight = register_parameter("weight", Tensor::rand({out, in}, gen, DType::f32, -bound, bound));
+  if (with_bias) bias = register_parameter("bias", Tensor::rand({out}, gen, DType::f32, -bound, bound));
+}
+
+Embedding::Embedding(int64_t vocab, int64_t dim, Generator& gen, double std) {
+  weight = register_parameter("weight", Tensor::randn({vocab, dim}, gen, DType::f32, 0.0, std));
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", Tensor::ones({dim}));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+const char* positional_name(PositionalKind k) {
+  switch (k) {
+    case PositionalKind::sinusoidal: return "sinusoidal";
+    case PositionalKind::learned: return "learned";
+    case PositionalKind::none: return "none";
+  }
+  return "?";
+}
+
+PositionalKind parse_positional(const std::string& name) {
+  if (name == "sinusoidal" || name == "sincos" || name == "sin") return PositionalKind::sinusoidal;
+  if (name == "learned") return PositionalKind::learned;
+  if (name == "none") return PositionalKind::none;
+  throw Error("positional encoding: unknown kind '" + name + "' (expected sinusoidal, learned or none)");
+}
+
+PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t max_len, int64_t dim, Generator& gen, DType dtype)
+    : kind_(kind), max_len_(max_len) {
+  if (kind == PositionalKind::sinusoidal) {
+    std::vector<double> pe(size_t(max_len * dim));
+    for (int64_t t = 0; t < max_len; ++t)
+      for (int64_t i = 0; i < dim; ++i) {
+        const double angle = double(t) / std::pow(10000.0, double(2 * (i / 2)) / double(dim));
+        pe[size_t(t * dim + i)] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      }
+    table_ = register_buffer(Tensor::from_vector(pe, {max_len, dim}, dtype));
+  } else if (kind == PositionalKind::learned) {
+    table_ = register_parameter("weight", Tensor::randn({max_len, dim}, gen, dtype, 0.0, 0.02));
+  }
+}
+
+Tensor PositionalEncoding::forward(const Tensor& x) const {
+  if (kind_ == PositionalKind::none) return x;
+  const int64_t T = x.size(1);
+  if (T > max_len_)
+    throw ShapeError("positional encoding: sequence length " + std::to_string(T) + " exceeds max_len " +
+                     std::to_string(max_len_) + " for x=" + to_string(x.shape()));
+  return add(x, narrow(table_, 0, 0, T));  // [B, T, C] + [T, C]
+}
+
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::relu;
+  if (name == "gelu") return Activation::gelu;
+  throw Error("activation: unknown '" + name + "' (expected relu or gelu)");
+}
+
+const char* activation_name(Activation a) { return a == Activation::relu ? "relu" : "gelu"; }
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen) : act_(act) {
+  linear1 = register_module("linear1", std::make_shared<Linear>(dim, hidden, gen));
+  linear2 = register_module("linear2", std::make_shared<Linear>(hidden, dim, gen));
+  drop = register_module("dropout", std::make_shared<Dropout>(p));
+}
+
+Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
+  const Tensor h = linear1->forward(x);
+  const Tensor a = act_ == Activation::relu ? relu(h) : gelu(h);
+  return linear2->forward(drop->forward(a, gen));
+}
+
+}  // namespace tapegrad::nn

@@ -1,0 +1,245 @@
+// Sessions (data + model + optimizer), the training loop, and evaluation by greedy decoding.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/kernels.hpp"
+#include "tapegrad/autograd.hpp"
+#include "tapegrad/error.hpp"
+#include "tapegrad/ops.hpp"
+#include "tapegrad/train.hpp"
+#include "train_internal.hpp"
+
+namespace tapegrad::train {
+
+namespace {
+
+// Stream ids keep the generators of different purposes independent for one seed.
+constexpr uint64_t kTrainStream = 0x7261696eull, kValidStream = 0x76616c69ull, kSplitStream = 0x73706c74ull;
+
+uint64_t mix(uint64_t a, uint64_t b) { return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64(); }
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const models::Seq2Seq& model) {
+  auto params = model.named_parameters();
+  if (o.optimizer == "adamw") return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, true);
+  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, false);
+  if (o.optimizer == "sgd") return std::make_unique<optim::Sgd>(params, o.lr, o.momentum, o.weight_decay);
+  throw Error("optimizer: unknown '" + o.optimizer + "' (expected adamw, adam or sgd)");
+}
+
+int64_t longest_target(const std::vector<data::Example>& ex) {
+  size_t n = 0;
+  for (const auto& e : ex) n = std::max(n, e.tgt.size());
+  return int64_t(n);
+}
+
+}  // namespace
+
+data::Batch Session::batch_for_step(int64_t s) const {
+  std::vector<data::Example> ex;
+  const int64_t B = options.batch_size;
+  if (task) {
+    Generator gen(mix(options.seed ^ kTrainStream, uint64_t(s)));
+    for (int64_t i = 0; i < B; ++i) ex.push_back(task->sample(gen));
+  } else {
+    // Epoch e visits a permutation seeded by (seed, e); step s takes the next B examples of it.
+    const int64_t n = int64_t(train_examples.size());
+    std::vector<int64_t> perm;
+    int64_t perm_epoch = -1;
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t k = (s - 1) * B + i, epoch = k / n, pos = k % n;
+      if (epoch != perm_epoch) {
+        perm.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
+        Generator g(mix(options.seed ^ kSplitStream, uint64_t(epoch)));
+        for (int64_t j = n - 1; j > 0; --j) std::swap(perm[size_t(j)], perm[size_t(g.next_u64() % uint64_t(j + 1))]);
+        perm_epoch = epoch;
+      }
+      ex.push_back(train_examples[size_t(perm[size_t(pos)])]);
+    }
+  }
+  return data::make_batch(ex);
+}
+
+std::string Session::describe() const {
+  std::ostringstream os;
+  os << models::model_name(options.model.kind) << " with " << model->parameter_count() << " parameters, vocab "
+     << vocab.size() << ", ";
+  if (task) os << "task " << task->name() << " (lengths " << options.task_options.min_len << "-"
+               << options.task_options.max_len << ")";
+  else os << train_examples.size() << " training pairs from " << options.train_file;
+  os << ", " << valid_examples.size() << " held out";
+  return os.str();
+}
+
+Session make_session(const TrainOptions& requested) {
+  Session s;
+  TrainOptions o = requested;
+  int64_t resume_step = 0;
+  std::unique_ptr<LoadedModel> resumed;
+  if (!requested.resume_dir.empty()) {
+    resumed = std::make_unique<LoadedModel>(load_checkpoint(requested.resume_dir));
+    // Data and model shape come from the checkpoint; run-length and logging options from the request.
+    TrainOptions saved = resumed->options;
+    saved.steps = requested.steps;
+    saved.eval_every = requested.eval_every;
+    saved.log_every = requested.log_every;
+    saved.save_every = requested.save_every;
+    saved.out_dir = requested.out_dir.empty() ? requested.resume_dir : requested.out_dir;
+    saved.resume_dir = requested.resume_dir;
+    if (requested.threads) saved.threads = requested.threads;
+    o = saved;
+    resume_step = resumed->step;
+  }
+  if (o.threads > 0) kernels::set_num_threads(o.threads);
+  if (o.batch_size <= 0) throw Error("train: batch size must be positive, got " + std::to_string(o.batch_size));
+  if (o.steps < 0) throw Error("train: steps must be non-negative, got " + std::to_string(o.steps));
+
+  if (o.train_file.empty()) {
+    s.task = data::make_task(o.task, o.task_options);
+    s.vocab = s.task->vocab();
+    o.tokenization = s.task->tokenization();
+    Generator vg(mix(o.seed ^ kValidStream, 0));
+    for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
+  } else {
+    const auto train_pairs = data::read_tsv(o.train_file, o.tokenization);
+    std::vector<data::TextPair> valid_pairs;
+    std::vector<data::TextPair> kept = train_pairs;
+    if (!o.valid_file.empty()) {
+      valid_pairs = data::read_tsv(o.valid_file, o.tokenization);
+    } else {
+      // Hold out a seeded random fraction of the training file.
+      std::vector<size_t> idx(kept.size());
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      Generator g(mix(o.seed ^ kSplitStream, 0xffff));
+      for (size_t i = idx.size(); i-- > 1;) std::swap(idx[i], idx[g.next_u64() % (i + 1)]);
+      const size_t n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
+      kept.clear();
+      for (size_t i = 0; i < idx.size(); ++i) (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
+    }
+    if (kept.empty()) throw Error("train: no training pairs left in " + o.train_file);
+    if (resumed) {
+      s.vocab = resumed->vocab;
+    } else {
+      std::vector<std::vector<std::string>> seqs;
+      for (const auto& p : kept) seqs.push_back(p.src), seqs.push_back(p.tgt);
+      s.vocab = data::Vocab::build(seqs);
+    }
+    s.train_examples = data::encode_pairs(kept, s.vocab);
+    s.valid_examples = data::encode_pairs(valid_pairs, s.vocab);
+  }
+  o.model.vocab_size = s.vocab.size();
+  if (o.decode_max_len <= 0) {
+    int64_t longest = longest_target(s.valid_examples);
+    if (s.task) longest = std::max<int64_t>(longest, o.task_options.max_len);
+    else longest = std::max(longest, longest_target(s.train_examples));
+    o.decode_max_len = longest + 8;
+  }
+  if (resumed) {
+    s.model = std::move(resumed->model);
+    s.model->train();
+  } else {
+    s.model = models::make_model(o.model, o.seed);
+  }
+  s.optimizer = make_optimizer(o, *s.model);
+  s.options = o;
+  s.step = resume_step;
+  if (resumed) {
+    const io::SafetensorsFile state = io::load_safetensors(o.resume_dir + "/optimizer.safetensors");
+    restore_training_state(s, state);
+  }
+  return s;
+}
+
+EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples) {
+  EvalResult r;
+  r.examples = int64_t(examples.size());
+  if (examples.empty()) return r;
+  const bool was_training = model.training();
+  model.eval();
+  NoGrad no_grad;
+  int64_t tokens = 0, correct = 0, exact = 0;
+  double loss_sum = 0;
+  int64_t loss_tokens = 0;
+  for (size_t start = 0; start < examples.size(); start += size_t(batch_size)) {
+    const std::vector<data::Example> chunk(examples.begin() + long(start),
+                                           examples.begin() + long(std::min(examples.size(), start + size_t(batch_size))));
+    const data::Batch batch = data::make_batch(chunk);
+    const int64_t n_tok = batch.target_tokens();
+    loss_sum += model.loss(batch).item() * double(n_tok);
+    loss_tokens += n_tok;
+    const auto outputs = model.greedy_decode(batch.src, batch.src_len, max_len);
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      const auto& want = chunk[i].tgt;
+      const auto& got = outputs[i];
+      for (size_t k = 0; k < want.size(); ++k) correct += k < got.size() && got[k] == want[k];
+      tokens += int64_t(want.size());
+      exact += got == want;
+      if (int(r.samples.size()) < samples)
+        r.samples.push_back(data::detokenize(vocab.decode(chunk[i].src), tok) + " -> " +
+                            data::detokenize(vocab.decode(got), tok) + "   (target " +
+                            data::detokenize(vocab.decode(want), tok) + ")");
+    }
+  }
+  r.loss = loss_tokens ? loss_sum / double(loss_tokens) : 0;
+  r.token_accuracy = tokens ? double(correct) / double(tokens) : 1.0;
+  r.exact_match = double(exact) / double(examples.size());
+  model.train(was_training);
+  return r;
+}
+
+void train(Session& s, const std::function<void(const StepLog&)>& on_step,
+           const std::function<void(int64_t, const EvalResult&)>& on_eval) {
+  const TrainOptions& o = s.options;
+  std::ofstream csv;
+  if (!o.out_dir.empty()) {
+    std::filesystem::create_directories(o.out_dir);
+    const std::string path = o.out_dir + "/metrics.csv";
+    const bool fresh = s.step == 0 || !std::filesystem::exists(path);
+    csv.open(path, fresh ? std::ios::trunc : std::ios::app);
+    if (!csv) throw IoError(path + ": cannot open for writing");
+    if (fresh) csv << "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match\n";
+  }
+  auto run_eval = [&](int64_t step) {
+    const EvalResult r = evaluate(*s.model, s.vocab, o.tokenization, s.valid_examples, 256, o.decode_max_len);
+    if (csv.is_open()) csv << step << ",,,,," << r.loss << "," << r.token_accuracy << "," << r.exact_match << "\n" << std::flush;
+    if (!o.out_dir.empty()) {
+      std::ofstream samples(o.out_dir + "/samples.txt", std::ios::trunc);
+      samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match " << r.exact_match << "\n";
+      for (const auto& line : r.samples) samples << line << "\n";
+    }
+    if (on_eval) on_eval(step, r);
+  };
+  s.model->train();
+  const auto t_start = std::chrono::steady_clock::now();
+  while (s.step < o.steps) {
+    const int64_t step = s.step + 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    const data::Batch batch = s.batch_for_step(step);
+    const double lr = optim::learning_rate(o.schedule, o.lr, step, o.warmup, o.steps);
+    s.optimizer->set_lr(lr);
+    const Tensor loss = s.model->loss(batch, o.label_smoothing);
+    backward(loss);
+    const double grad_norm = optim::clip_grad_norm(s.model->parameters(), o.clip_norm);
+    s.optimizer->step();
+    s.optimizer->zero_grad();
+    s.step = step;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const StepLog log{step, loss.item(), lr, grad_norm, double(batch.target_tokens()) / std::max(secs, 1e-9),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()};
+    if (csv.is_open() && (step % std::max<int64_t>(o.log_every, 1) == 0 || step == o.steps))
+      csv << step << "," << log.loss << "," << lr << "," << grad_norm << "," << log.tokens_per_second << ",,,\n";
+    if (on_step) on_step(log);
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) run_eval(step);
+    if (!o.out_dir.empty() && o.save_every > 0 && step % o.save_every == 0 && step != o.steps)
+      save_checkpoint(s, o.out_dir);
+  }
+  run_eval(s.step);
+  if (!o.out_dir.empty()) save_checkpoint(s, o.out_dir);
+}
+
+}  // namespace tapegrad::train

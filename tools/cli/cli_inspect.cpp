@@ -1,0 +1,82 @@
+// Inspection subcommands: info (machine and kernel path), gradcheck (the op registry), tape (a dump).
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "cli.hpp"
+#include "kernels/kernels.hpp"
+#include "tapegrad/tapegrad.hpp"
+
+namespace tapegrad::cli {
+
+bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
+
+Runner add_info(CLI::App& app) {
+  app.add_subcommand("info", "Print the instruction set in use, thread count and cache sizes");
+  return [] {
+    const auto& c = kernels::cache_info();
+    std::string avail;
+    for (auto isa : kernels::available_isas()) avail += std::string(avail.empty() ? "" : ",") + kernels::isa_name(isa);
+    std::printf("tapegrad %s\n", version());
+    std::printf("isa: %s (available: %s; TAPEGRAD_ARCH forces a lower one)\n", kernels::isa_name(kernels::active_isa()),
+                avail.c_str());
+    std::printf("threads: %d (TAPEGRAD_THREADS or --threads)\n", kernels::num_threads());
+    std::printf("cache: L1d %lld KiB, L2 %lld KiB, L3 %lld KiB\n", (long long)(c.l1d / 1024),
+                (long long)(c.l2 / 1024), (long long)(c.l3 / 1024));
+    return 0;
+  };
+}
+
+Runner add_gradcheck(CLI::App& app) {
+  auto* sub = app.add_subcommand("gradcheck",
+                                 "Check every registered op's gradient against central finite differences in float64; "
+                                 "one row per case; exit 1 if any fails");
+  auto filter = std::make_shared<std::string>();
+  auto verbose = std::make_shared<bool>(false);
+  sub->add_option("--filter", *filter, "Only cases whose name matches this regular expression");
+  sub->add_flag("-v,--verbose", *verbose, "Print the worst element of every case");
+  return [filter, verbose] {
+    const std::regex re(filter->empty() ? ".*" : *filter);
+    int failed = 0, ran = 0;
+    std::printf("%-28s %-34s %12s %12s  %s\n", "op", "shapes", "max_abs_err", "max_rel_err", "result");
+    for (const OpCheck& check : op_checks()) {
+      if (!std::regex_search(check.name, re)) continue;
+      ++ran;
+      GradcheckResult r;
+      try {
+        r = run_op_check(check);
+      } catch (const Error& e) {
+        r.ok = false;
+        r.message = e.what();
+      }
+      failed += !r.ok;
+      std::printf("%-28s %-34s %12.3e %12.3e  %s\n", check.name.c_str(), check.shapes.c_str(), r.max_abs_error,
+                  r.max_rel_error, r.ok ? "PASS" : "FAIL");
+      if (!r.ok || *verbose) std::printf("    %s\n", r.message.c_str());
+    }
+    std::printf("%d checks, %d passed, %d failed\n", ran, ran - failed, failed);
+    return failed ? 1 : 0;
+  };
+}
+
+Runner add_tape(CLI::App& app) {
+  app.add_subcommand("tape", "Record one small MLP step and print its tape, then the gradient backward produced");
+  return [] {
+    Generator gen(0);
+    Tensor x = Tensor::randn({4, 3}, gen);
+    Tensor w1 = Tensor::randn({8, 3}, gen).requires_grad_(), b1 = Tensor::zeros({8}).requires_grad_();
+    Tensor w2 = Tensor::randn({2, 8}, gen).requires_grad_(), b2 = Tensor::zeros({2}).requires_grad_();
+    w1.impl()->name = "w1", b1.impl()->name = "b1", w2.impl()->name = "w2", b2.impl()->name = "b2";
+    const Tensor loss =
+        cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), Tensor::from_ids({0, 1, 1, 0}, {4}));
+    std::printf("%s", current_tape().dump().c_str());
+    std::printf("loss = %.6f\n", loss.item());
+    backward(loss);
+    std::printf("after backward: tape has %zu entries; w2.grad =\n%s\n", current_tape().size(),
+                w2.grad().to_string().c_str());
+    return 0;
+  };
+}
+
+}  // namespace tapegrad::cli

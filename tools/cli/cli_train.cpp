@@ -1,0 +1,258 @@
+// Model subcommands: train, eval, translate.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli.hpp"
+#include "kernels/kernels.hpp"
+#include "tapegrad/tapegrad.hpp"
+#include "tapegrad/train.hpp"
+
+namespace tapegrad::cli {
+
+namespace {
+
+// String-valued options parsed after CLI11 has filled them.
+struct TrainArgs {
+  train::TrainOptions o;
+  std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
+              attention = "additive", schedule = "inverse_sqrt", tokens = "chars";
+  bool pre_ln = false;
+};
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
+  return buf;
+}
+
+void print_eval(const char* prefix, const train::EvalResult& r) {
+  std::printf("%sloss: %.4f  token_accuracy: %.4f  exact_match: %.4f  (%lld examples)\n", prefix, r.loss,
+              r.token_accuracy, r.exact_match, (long long)r.examples);
+  for (const auto& s : r.samples) std::printf("    %s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  train::TrainOptions& o = a->o;
+  auto* sub = app.add_subcommand("train",
+                                 "Train a sequence-to-sequence model on a built-in task or on TSV files.\n"
+                                 "Example: tapegrad train --model transformer --task reverse --steps 2000 --out runs/rev");
+  sub->add_option("--model", a->model, "transformer | attention-rnn | rnn")->capture_default_str();
+  sub->add_option("--task", o.task, "Built-in task: copy, reverse, sort, recall, rotate")->capture_default_str();
+  sub->add_option("--min-len", o.task_options.min_len, "Shortest task source")->capture_default_str();
+  sub->add_option("--max-len", o.task_options.max_len, "Longest task source")->capture_default_str();
+  sub->add_option("--symbols", o.task_options.symbols, "Distinct task symbols (at most 26)")->capture_default_str();
+  sub->add_option("--train", o.train_file, "TSV file of source<TAB>target lines (instead of --task)");
+  sub->add_option("--valid", o.valid_file, "Held-out TSV file (default: hold out --valid-fraction of --train)");
+  sub->add_option("--valid-fraction", o.valid_fraction, "Fraction of --train held out without --valid")->capture_default_str();
+  sub->add_option("--tokens", a->tokens, "TSV tokenisation: chars | whitespace")->capture_default_str();
+  sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")->capture_default_str();
+  sub->add_option("--batch-size", o.batch_size, "Sequences per step")->capture_default_str();
+  sub->add_option("--optimizer", o.optimizer, "adamw | adam | sgd")->capture_default_str();
+  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  sub->add_option("--schedule", a->schedule, "constant | inverse_sqrt | cosine")->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for adamw)")->capture_default_str();
+  sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  sub->add_option("--clip", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")->capture_default_str();
+  sub->add_option("--label-smoothing", o.label_smoothing, "Label smoothing epsilon")->capture_default_str();
+  sub->add_option("--layers", o.model.layers, "Layers per side (encoder and decoder)")->capture_default_str();
+  sub->add_option("--d-model", o.model.d_model, "Model / embedding width")->capture_default_str();
+  sub->add_option("--heads", o.model.heads, "Attention heads (transformer)")->capture_default_str();
+  sub->add_option("--d-ff", o.model.d_ff, "Feed-forward width (transformer)")->capture_default_str();
+  sub->add_option("--dropout", o.model.dropout, "Dropout probability")->capture_default_str();
+  sub->add_option("--positional", a->positional, "sinusoidal | learned | none (transformer)")->capture_default_str();
+  sub->add_flag("--pre-ln", a->pre_ln, "Layer norm before each sub-layer instead of after (transformer)");
+  sub->add_option("--activation", a->activation, "Feed-forward activation: relu | gelu")->capture_default_str();
+  sub->add_option("--rnn-cell", a->cell, "elman | gru | lstm (rnn models)")->capture_default_str();
+  sub->add_option("--hidden", o.model.hidden, "RNN hidden size")->capture_default_str();
+  sub->add_option("--attention", a->attention, "additive | dot scoring (attention-rnn)")->capture_default_str();
+  sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)");
+  sub->add_option("--seed", o.seed, "Seed for initialisation, data and dropout")->capture_default_str();
+  sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv and samples.txt");
+  sub->add_option("--resume", o.resume_dir, "Continue training from this checkpoint directory");
+  sub->add_option("--eval-every", o.eval_every, "Validate every N steps")->capture_default_str();
+  sub->add_option("--log-every", o.log_every, "Log a line (and a CSV row) every N steps")->capture_default_str();
+  sub->add_option("--save-every", o.save_every, "Checkpoint every N steps (and at the end)")->capture_default_str();
+  sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")->capture_default_str();
+  return [a] {
+    train::TrainOptions& o = a->o;
+    o.model.kind = models::parse_model(a->model);
+    o.model.positional = nn::parse_positional(a->positional);
+    o.model.activation = nn::parse_activation(a->activation);
+    o.model.cell = nn::parse_cell(a->cell);
+    o.model.score = nn::parse_score(a->attention);
+    o.model.norm_first = a->pre_ln;
+    o.schedule = optim::parse_schedule(a->schedule);
+    o.tokenization = data::parse_tokenization(a->tokens);
+    train::Session s = train::make_session(o);
+    std::printf("training %s\n", s.describe().c_str());
+    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", kernels::num_threads(),
+                kernels::isa_name(kernels::active_isa()), (long long)s.options.steps,
+                (long long)s.options.batch_size,
+                s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
+    std::fflush(stdout);
+    const bool tty = stdout_is_tty();
+    const int64_t first = s.step;
+    double tok_rate = 0;
+    train::train(
+        s,
+        [&](const train::StepLog& l) {
+          tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
+          const double per_step = l.seconds / double(l.step - first);
+          const double eta = per_step * double(s.options.steps - l.step);
+          if (tty) {
+            std::printf("\rstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", (long long)l.step,
+                        (long long)s.options.steps, l.loss, l.lr, tok_rate, format_duration(eta).c_str());
+            std::fflush(stdout);
+          } else if (l.step % std::max<int64_t>(s.options.log_every, 1) == 0 || l.step == s.options.steps) {
+            std::printf("step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
+                        (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
+                        format_duration(l.seconds).c_str(), format_duration(eta).c_str());
+            std::fflush(stdout);
+          }
+        },
+        [&](int64_t step, const train::EvalResult& r) {
+          if (tty) std::printf("\n");
+          print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
+        });
+    if (!s.options.out_dir.empty()) std::printf("checkpoint, metrics.csv, samples.txt: %s\n", s.options.out_dir.c_str());
+    return 0;
+  };
+}
+
+namespace {
+
+// Held-out examples for eval: a built-in task (sampled from an evaluation seed) or a TSV file.
+std::vector<data::Example> eval_examples(const train::LoadedModel& m, const std::string& task_name,
+                                         const data::TaskOptions* task_opts, const std::string& valid_file,
+                                         int64_t size, uint64_t seed, data::Tokenization* tok) {
+  if (!valid_file.empty()) {
+    *tok = m.options.tokenization;
+    return data::encode_pairs(data::read_tsv(valid_file, *tok), m.vocab);
+  }
+  const data::TaskOptions opts = task_opts ? *task_opts : m.options.task_options;
+  const auto task = data::make_task(task_name, opts);
+  *tok = task->tokenization();
+  // The task's vocabulary must be the checkpoint's: ids mean the same tokens.
+  if (task->vocab().tokens() != m.vocab.tokens())
+    throw Error("eval: task '" + task_name + "' with these options has a different vocabulary than the checkpoint");
+  Generator gen(seed);
+  std::vector<data::Example> ex;
+  for (int64_t i = 0; i < size; ++i) ex.push_back(task->sample(gen));
+  return ex;
+}
+
+}  // namespace
+
+Runner add_eval(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, task, valid;
+    data::TaskOptions task_options;
+    bool lengths_given = false;
+    int64_t size = 1000, batch_size = 256, max_len = 0, beam = 1;
+    uint64_t seed = 20261130;
+    int threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("eval",
+                                 "Evaluate a checkpoint by greedy decoding; prints exact_match and token_accuracy.\n"
+                                 "Example: tapegrad eval --checkpoint runs/rev --task reverse");
+  sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
+  sub->add_option("--task", a->task, "Built-in task (default: the one it was trained on)");
+  auto* mn = sub->add_option("--min-len", a->task_options.min_len, "Shortest task source (default: as trained)");
+  auto* mx = sub->add_option("--max-len", a->task_options.max_len, "Longest task source (default: as trained)");
+  sub->add_option("--valid", a->valid, "TSV file to evaluate on instead of a task");
+  sub->add_option("--size", a->size, "Task examples to evaluate")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the evaluation examples (differs from training's)")->capture_default_str();
+  sub->add_option("--max-output", a->max_len, "Longest output to decode (default: longest target + 8)");
+  sub->add_option("--threads", a->threads, "Kernel threads");
+  return [a, mn, mx] {
+    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    train::LoadedModel m = train::load_checkpoint(a->checkpoint);
+    data::TaskOptions opts = m.options.task_options;
+    if (mn->count()) opts.min_len = a->task_options.min_len;
+    if (mx->count()) opts.max_len = a->task_options.max_len;
+    const std::string task = a->task.empty() ? m.options.task : a->task;
+    if (a->valid.empty() && !m.options.train_file.empty() && a->task.empty())
+      throw Error("eval: this checkpoint was trained on " + m.options.train_file + "; pass --valid FILE.tsv");
+    data::Tokenization tok = data::Tokenization::chars;
+    const auto ex = eval_examples(m, task, &opts, a->valid, a->size, a->seed, &tok);
+    if (ex.empty()) throw Error("eval: no examples to evaluate");
+    int64_t longest = 0;
+    for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
+    const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
+    const train::EvalResult r = train::evaluate(*m.model, m.vocab, tok, ex, a->batch_size, max_len, 5);
+    std::printf("checkpoint: %s (step %lld, %s)\n", a->checkpoint.c_str(), (long long)m.step,
+                models::model_name(m.model->config().kind));
+    std::printf("examples: %lld\n", (long long)r.examples);
+    std::printf("exact_match: %.4f\n", r.exact_match);
+    std::printf("token_accuracy: %.4f\n", r.token_accuracy);
+    std::printf("loss: %.4f\n", r.loss);
+    for (const auto& s : r.samples) std::printf("    %s\n", s.c_str());
+    return 0;
+  };
+}
+
+Runner add_translate(CLI::App& app) {
+  struct Args {
+    std::string checkpoint;
+    std::vector<std::string> inputs;
+    int64_t beam = 1, max_len = 0;
+    int threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("translate",
+                                 "Decode source lines with a checkpoint: one output line per input line.\n"
+                                 "Example: echo abcdef | tapegrad translate --checkpoint runs/rev");
+  sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
+  sub->add_option("--beam", a->beam, "Beam width (1: greedy)")->capture_default_str();
+  sub->add_option("--max-output", a->max_len, "Longest output (default: 2 x input + 8)");
+  sub->add_option("--threads", a->threads, "Kernel threads");
+  sub->add_option("inputs", a->inputs, "Source lines (default: read stdin)");
+  return [a] {
+    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    if (a->beam < 1) throw Error("translate: --beam must be at least 1");
+    train::LoadedModel m = train::load_checkpoint(a->checkpoint);
+    const data::Tokenization tok = m.options.tokenization;
+    std::vector<std::string> lines = a->inputs;
+    if (lines.empty())
+      for (std::string line; std::getline(std::cin, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        lines.push_back(line);
+      }
+    constexpr size_t kChunk = 64;
+    for (size_t start = 0; start < lines.size(); start += kChunk) {
+      std::vector<data::Example> ex;
+      int64_t longest = 0;
+      for (size_t i = start; i < std::min(lines.size(), start + kChunk); ++i) {
+        auto ids = m.vocab.encode(data::tokenize(lines[i], tok));
+        if (ids.empty()) ids.push_back(data::kUnk);  // an empty line still gets a (meaningless) output line
+        if (int64_t(ids.size()) > m.model->config().max_len)
+          throw Error("translate: line " + std::to_string(i + 1) + " has " + std::to_string(ids.size()) +
+                      " tokens, more than the model's max_len " + std::to_string(m.model->config().max_len));
+        longest = std::max<int64_t>(longest, int64_t(ids.size()));
+        ex.push_back({ids, {}});
+      }
+      const int64_t max_len = a->max_len > 0 ? a->max_len : 2 * longest + 8;
+      std::vector<std::vector<int32_t>> outs;
+      if (a->beam > 1) {
+        for (const auto& e : ex) outs.push_back(m.model->beam_search(e.src, a->beam, max_len));
+      } else {
+        const data::Batch b = data::make_batch(ex);
+        outs = m.model->greedy_decode(b.src, b.src_len, max_len);
+      }
+      for (const auto& o : outs) std::printf("%s\n", data::detokenize(m.vocab.decode(o), tok).c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace tapegrad::cli
