@@ -131,21 +131,28 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
   });
 }
 
-// y = (accumulate ? y : 0) + x * scale + shift
-template <class Arch>
-void affine_f32(int64_t n, const float* x, float scale, float shift, float* y, bool accumulate) {
+// y = (accumulate ? y : 0) + x * scale + shift over [i0, i1). Sizes and pointers by value: read
+// through a lambda's closure they would be reloaded after every (may-alias) vector store.
+template <class Arch, bool Accumulate>
+void affine_block(int64_t i0, int64_t i1, const float* x, float scale, float shift, float* y) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
+  const B s(scale), t(shift);
+  int64_t i = i0;
+  for (; i + W <= i1; i += W) {
+    const B v = B::load_unaligned(x + i) * s;
+    (Accumulate ? B::load_unaligned(y + i) + v + t : v + t).store_unaligned(y + i);
+  }
+  for (; i < i1; ++i) y[i] = (Accumulate ? y[i] : 0.0f) + x[i] * scale + shift;
+}
+
+template <class Arch>
+void affine_f32(int64_t n, const float* x, float scale, float shift, float* y, bool accumulate) {
   parallel_flat(n, 1, [&](int64_t i0, int64_t i1) {
-    const B s(scale), t(shift);
-    int64_t i = i0;
-    if (accumulate) {
-      for (; i + W <= i1; i += W) (B::load_unaligned(y + i) + B::load_unaligned(x + i) * s + t).store_unaligned(y + i);
-      for (; i < i1; ++i) y[i] = y[i] + x[i] * scale + shift;
-    } else {
-      for (; i + W <= i1; i += W) (B::load_unaligned(x + i) * s + t).store_unaligned(y + i);
-      for (; i < i1; ++i) y[i] = x[i] * scale + shift;
-    }
+    if (accumulate)
+      affine_block<Arch, true>(i0, i1, x, scale, shift, y);
+    else
+      affine_block<Arch, false>(i0, i1, x, scale, shift, y);
   });
 }
 

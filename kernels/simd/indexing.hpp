@@ -24,22 +24,30 @@ void embedding_f32(int64_t n, int64_t dim, const float* table, const int32_t* id
   });
 }
 
+// dtable[ids[i], c] += dy[i, c] for columns [c0, c1), ids in order. Sizes and pointers by value
+// (see affine_block).
+template <class Arch>
+void embedding_backward_columns(int64_t n, int64_t dim, const int32_t* ids, const float* dy, float* dtable,
+                                int64_t c0, int64_t c1) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = dy + i * dim;
+    float* dst = dtable + int64_t(ids[i]) * dim;
+    int64_t c = c0;
+    for (; c + W <= c1; c += W) (B::load_unaligned(dst + c) + B::load_unaligned(src + c)).store_unaligned(dst + c);
+    for (; c < c1; ++c) dst[c] += src[c];
+  }
+}
+
 // dtable[ids[i], :] += dy[i, :]
 template <class Arch>
 void embedding_backward_f32(int64_t n, int64_t dim, const int32_t* ids, const float* dy, float* dtable) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
+  constexpr int64_t W = Batch<Arch>::size;
   if (n <= 0 || dim <= 0) return;
   const int64_t vcols = (dim + W - 1) / W;
   parallel_ranges(vcols, team_for(n * dim, vcols / 2), [&](int64_t v0, int64_t v1) {
-    const int64_t c0 = v0 * W, c1 = std::min(dim, v1 * W);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* src = dy + i * dim;
-      float* dst = dtable + int64_t(ids[i]) * dim;
-      int64_t c = c0;
-      for (; c + W <= c1; c += W) (B::load_unaligned(dst + c) + B::load_unaligned(src + c)).store_unaligned(dst + c);
-      for (; c < c1; ++c) dst[c] += src[c];
-    }
+    embedding_backward_columns<Arch>(n, dim, ids, dy, dtable, v0 * W, std::min(dim, v1 * W));
   });
 }
 

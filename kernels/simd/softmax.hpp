@@ -351,92 +351,96 @@ void softmax_f32(int64_t rows, int64_t cols, const float* x, float* y, const Sof
   });
 }
 
-// softmax: dx += scale * y * (dy - sum(dy * y))
+// The row functions below take sizes and pointers by value: inside a lambda they would be read
+// through the closure, and every vector store (a may-alias type) would force a reload of the loop
+// bound and the pointers on each iteration.
+
+// softmax: dx += scale * y * (dy - sum(dy * y)), one row of n.
+template <class Arch>
+void softmax_backward_row(int64_t n, const float* y, const float* dy, float* dx, float scale) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    a0 = xsimd::fma(B::load_unaligned(dy + c), B::load_unaligned(y + c), a0);
+    a1 = xsimd::fma(B::load_unaligned(dy + c + W), B::load_unaligned(y + c + W), a1);
+  }
+  for (; c + W <= n; c += W) a0 = xsimd::fma(B::load_unaligned(dy + c), B::load_unaligned(y + c), a0);
+  float dot = hsum<Arch>(a0 + a1);
+  for (; c < n; ++c) dot += dy[c] * y[c];
+  const B d(dot), s(scale);
+  c = 0;
+  for (; c + W <= n; c += W) {
+    const B g = s * B::load_unaligned(y + c) * (B::load_unaligned(dy + c) - d);
+    (B::load_unaligned(dx + c) + g).store_unaligned(dx + c);
+  }
+  for (; c < n; ++c) dx[c] += scale * y[c] * (dy[c] - dot);
+}
+
 template <class Arch>
 void softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
-                          double scale_d) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
+                          double scale) {
   if (rows <= 0 || cols <= 0) return;
-  const float scale = float(scale_d);
-  const int nt = team_for(rows * cols * 3, rows);
-  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float *yr = y + r * cols, *dyr = dy + r * cols;
-      float* dxr = dx + r * cols;
-      B a0(0.0f), a1(0.0f);
-      int64_t c = 0;
-      for (; c + 2 * W <= cols; c += 2 * W) {
-        a0 = xsimd::fma(B::load_unaligned(dyr + c), B::load_unaligned(yr + c), a0);
-        a1 = xsimd::fma(B::load_unaligned(dyr + c + W), B::load_unaligned(yr + c + W), a1);
-      }
-      for (; c + W <= cols; c += W) a0 = xsimd::fma(B::load_unaligned(dyr + c), B::load_unaligned(yr + c), a0);
-      float dot = hsum<Arch>(a0 + a1);
-      for (; c < cols; ++c) dot += dyr[c] * yr[c];
-      const B d(dot), s(scale);
-      c = 0;
-      for (; c + W <= cols; c += W) {
-        const B g = s * B::load_unaligned(yr + c) * (B::load_unaligned(dyr + c) - d);
-        (B::load_unaligned(dxr + c) + g).store_unaligned(dxr + c);
-      }
-      for (; c < cols; ++c) dxr[c] += scale * yr[c] * (dyr[c] - dot);
-    }
+  parallel_ranges(rows, team_for(rows * cols * 3, rows), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      softmax_backward_row<Arch>(cols, y + r * cols, dy + r * cols, dx + r * cols, float(scale));
   });
 }
 
-// y = x - max - log(sum(exp(x - max)))
+// y = x - max - log(sum(exp(x - max))), one row of n.
+template <class Arch>
+void log_softmax_row(int64_t n, const float* x, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const float mx = row_max<Arch>(x, n);
+  const float lse = mx + std::log(exp_shift_sum_only<Arch>(x, mx, n));
+  const B l(lse);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) (B::load_unaligned(x + c) - l).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] = x[c] - lse;
+}
+
 template <class Arch>
 void log_softmax_f32(int64_t rows, int64_t cols, const float* x, float* y) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
   if (rows <= 0 || cols <= 0) return;
-  const int nt = team_for(rows * cols * 4, rows);
-  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * cols;
-      float* yr = y + r * cols;
-      const float mx = row_max<Arch>(xr, cols);
-      const float lse = mx + std::log(exp_shift_sum_only<Arch>(xr, mx, cols));
-      const B l(lse);
-      int64_t c = 0;
-      for (; c + W <= cols; c += W) (B::load_unaligned(xr + c) - l).store_unaligned(yr + c);
-      for (; c < cols; ++c) yr[c] = xr[c] - lse;
-    }
+  parallel_ranges(rows, team_for(rows * cols * 4, rows), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) log_softmax_row<Arch>(cols, x + r * cols, y + r * cols);
   });
 }
 
-// log_softmax: dx += dy - exp(y) * sum(dy)
+// log_softmax: dx += dy - exp(y) * sum(dy), one row of n. y = log p <= 0: exp(y) cannot overflow.
 template <class Arch>
-void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx) {
+void log_softmax_backward_row(int64_t n, const float* y, const float* dy, float* dx) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    a0 += B::load_unaligned(dy + c);
+    a1 += B::load_unaligned(dy + c + W);
+  }
+  for (; c + W <= n; c += W) a0 += B::load_unaligned(dy + c);
+  if (c < n) a1 += load_tail<Arch>(dy + c, n - c, 0.0f);
+  const B s(hsum<Arch>(a0 + a1));
+  c = 0;
+  for (; c + W <= n; c += W) {
+    const B g = B::load_unaligned(dy + c) - exp_nonpositive<Arch>(B::load_unaligned(y + c)) * s;
+    (B::load_unaligned(dx + c) + g).store_unaligned(dx + c);
+  }
+  if (c < n) {
+    const int64_t t = n - c;
+    const B g = load_tail<Arch>(dy + c, t, 0.0f) - exp_nonpositive<Arch>(load_tail<Arch>(y + c, t, 0.0f)) * s;
+    store_tail<Arch>(dx + c, t, load_tail<Arch>(dx + c, t, 0.0f) + g);
+  }
+}
+
+template <class Arch>
+void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx) {
   if (rows <= 0 || cols <= 0) return;
-  const int nt = team_for(rows * cols * 4, rows);
-  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float *yr = y + r * cols, *dyr = dy + r * cols;
-      float* dxr = dx + r * cols;
-      B a0(0.0f), a1(0.0f);
-      int64_t c = 0;
-      for (; c + 2 * W <= cols; c += 2 * W) {
-        a0 += B::load_unaligned(dyr + c);
-        a1 += B::load_unaligned(dyr + c + W);
-      }
-      for (; c + W <= cols; c += W) a0 += B::load_unaligned(dyr + c);
-      if (c < cols) a1 += load_tail<Arch>(dyr + c, cols - c, 0.0f);
-      const B s(hsum<Arch>(a0 + a1));
-      c = 0;
-      // y = log p <= 0, so exp(y) never overflows.
-      for (; c + W <= cols; c += W) {
-        const B g = B::load_unaligned(dyr + c) - exp_nonpositive<Arch>(B::load_unaligned(yr + c)) * s;
-        (B::load_unaligned(dxr + c) + g).store_unaligned(dxr + c);
-      }
-      if (c < cols) {
-        const int64_t n = cols - c;
-        const B g = load_tail<Arch>(dyr + c, n, 0.0f) - exp_nonpositive<Arch>(load_tail<Arch>(yr + c, n, 0.0f)) * s;
-        store_tail<Arch>(dxr + c, n, load_tail<Arch>(dxr + c, n, 0.0f) + g);
-      }
-    }
+  parallel_ranges(rows, team_for(rows * cols * 4, rows), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      log_softmax_backward_row<Arch>(cols, y + r * cols, dy + r * cols, dx + r * cols);
   });
 }
 
@@ -444,65 +448,62 @@ void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const 
 //   loss = (1 - eps) (lse - x[t]) + eps/V (V lse - sum x)
 //   grad = grad_scale * (p - eps/V - (1 - eps) [v == t]),  p = e / sum(e),  e = exp(x - max)
 // Three passes: max, min and sum(x); e into the gradient row (which stays in L1/L2) and its sum;
-// then the gradient from e in place, so each logit costs one exp.
+// then the gradient from e in place, so each logit costs one exp. One row of V; g may be null.
+template <class Arch>
+float cross_entropy_row(int64_t V, const float* x, int32_t t, float smooth, float on, float gs, float* g) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B m0(-kInf), m1(-kInf), n0(kInf), n1(kInf), s0(0.0f), s1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= V; c += 2 * W) {
+    const B v0 = B::load_unaligned(x + c), v1 = B::load_unaligned(x + c + W);
+    max_min_step<Arch>(v0, m0, n0);
+    max_min_step<Arch>(v1, m1, n1);
+    s0 += v0;
+    s1 += v1;
+  }
+  for (; c + W <= V; c += W) {
+    const B v = B::load_unaligned(x + c);
+    max_min_step<Arch>(v, m0, n0);
+    s0 += v;
+  }
+  if (c < V) {
+    m1 = xsimd::max(m1, load_tail<Arch>(x + c, V - c, -kInf));
+    n1 = xsimd::min(n1, load_tail<Arch>(x + c, V - c, kInf));
+    s1 += load_tail<Arch>(x + c, V - c, 0.0f);
+  }
+  const MaxMin mm = finish_max_min<Arch>(xsimd::max(m0, m1), xsimd::min(n0, n1));
+  const float sum_x = hsum<Arch>(s0 + s1);
+  const float sum = g ? exp_pass<Arch>(x, mm, V, g) : exp_shift_sum_only<Arch>(x, mm.max, V);
+  const float lse = mm.max + std::log(sum);
+  const float loss = on * (lse - x[t]) + smooth * (float(V) * lse - sum_x);
+  if (!g) return loss;
+  // grad = gs (e / sum - eps/V), then the target's extra -(1 - eps)
+  const float inv = 1.0f / sum, p_t = g[t] * inv;
+  const B k(gs * inv), off(-gs * smooth);
+  c = 0;
+  for (; c + W <= V; c += W) xsimd::fma(B::load_unaligned(g + c), k, off).store_unaligned(g + c);
+  for (; c < V; ++c) g[c] = g[c] * (gs * inv) - gs * smooth;
+  g[t] = gs * (p_t - smooth - on);
+  return loss;
+}
+
 template <class Arch>
 int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const int32_t* targets,
                           int32_t ignore_index, double eps, float* row_loss, float* grad, double grad_scale) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
   if (rows <= 0) return 0;
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r) counted += targets[r] != ignore_index;
   const float gs = float(grad_scale), smooth = float(eps / double(V)), on = float(1 - eps);
-  const int nt = team_for(rows * V * 4, rows);
-  parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+  parallel_ranges(rows, team_for(rows * V * 4, rows), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = logits + r * V;
-      float* gr = grad ? grad + r * V : nullptr;
-      const int32_t t = targets[r];
-      if (t == ignore_index || V <= 0) {
+      float* g = grad ? grad + r * V : nullptr;
+      if (targets[r] == ignore_index || V <= 0) {
         row_loss[r] = 0;
-        if (gr) fill_zero<Arch>(gr, V);
+        if (g) fill_zero<Arch>(g, V);
         continue;
       }
-      // pass 1: max, min and sum(x) together
-      B m0(-kInf), m1(-kInf), n0(kInf), n1(kInf), s0(0.0f), s1(0.0f);
-      int64_t c = 0;
-      for (; c + 2 * W <= V; c += 2 * W) {
-        const B v0 = B::load_unaligned(xr + c), v1 = B::load_unaligned(xr + c + W);
-        max_min_step<Arch>(v0, m0, n0);
-        max_min_step<Arch>(v1, m1, n1);
-        s0 += v0;
-        s1 += v1;
-      }
-      for (; c + W <= V; c += W) {
-        const B v = B::load_unaligned(xr + c);
-        max_min_step<Arch>(v, m0, n0);
-        s0 += v;
-      }
-      if (c < V) {
-        m1 = xsimd::max(m1, load_tail<Arch>(xr + c, V - c, -kInf));
-        n1 = xsimd::min(n1, load_tail<Arch>(xr + c, V - c, kInf));
-        s1 += load_tail<Arch>(xr + c, V - c, 0.0f);
-      }
-      const MaxMin mm = finish_max_min<Arch>(xsimd::max(m0, m1), xsimd::min(n0, n1));
-      const float sum_x = hsum<Arch>(s0 + s1);
-      // pass 2: the sum of exp, storing e in the gradient row when there is one
-      float sum;
-      if (gr)
-        sum = exp_pass<Arch>(xr, mm, V, gr);
-      else
-        sum = exp_shift_sum_only<Arch>(xr, mm.max, V);
-      const float lse = mm.max + std::log(sum);
-      row_loss[r] = on * (lse - xr[t]) + smooth * (float(V) * lse - sum_x);
-      if (!gr) continue;
-      // pass 3: grad = gs (e / sum - eps/V), then the target's extra -(1 - eps)
-      const float inv = 1.0f / sum, p_t = gr[t] * inv;
-      const B k(gs * inv), off(-gs * smooth);
-      c = 0;
-      for (; c + W <= V; c += W) xsimd::fma(B::load_unaligned(gr + c), k, off).store_unaligned(gr + c);
-      for (; c < V; ++c) gr[c] = gr[c] * (gs * inv) - gs * smooth;
-      gr[t] = gs * (p_t - smooth - on);
+      row_loss[r] = cross_entropy_row<Arch>(V, logits + r * V, targets[r], smooth, on, gs, g);
     }
   });
   return counted;
