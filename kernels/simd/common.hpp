@@ -157,12 +157,13 @@ TG_INLINE void store_stream(float* p, const Batch<Arch>& v) {
     _mm_stream_ps(p, v);
 }
 
-// Streaming stores pay off when y is too big to still be in cache when it is next read and every
-// row starts on a batch boundary.
+// Streaming stores pay off when y is too big to still be in cache when it is next read, every row
+// starts on a batch boundary, and rows are short enough that the rows a pipelined step touches stay
+// in L1 (measured on softmax: 4096x1024 0.94 ms streamed vs 1.02 ms not; 1024x8192 4.7 vs 2.9 ms).
 template <class Arch>
 bool stream_output(int64_t rows, int64_t cols, const float* y) {
   constexpr int64_t W = Batch<Arch>::size;
-  return rows * cols * int64_t(sizeof(float)) >= cache_info().l3 / 2 && cols % W == 0 && cols <= 16384 &&
+  return rows * cols * int64_t(sizeof(float)) >= cache_info().l3 / 2 && cols % W == 0 && cols <= 2048 &&
          reinterpret_cast<uintptr_t>(y) % (W * sizeof(float)) == 0;
 }
 
