@@ -24,6 +24,13 @@ inline constexpr double kGeluCubicD = 0.044715;
 inline constexpr double kInvSqrt2D = 0.7071067811865476;
 inline constexpr double kInvSqrt2PiD = 0.3989422804014327;
 
+// -2u for gelu_tanh, u = sqrt(2/pi) (x + c x^3).
+template <class Arch>
+TG_INLINE Batch<Arch> gelu_minus_2u(const Batch<Arch>& x) {
+  using B = Batch<Arch>;
+  return B(float(-2 * kSqrt2OverPiD)) * xsimd::fma(B(float(kGeluCubicD)) * x * x, x, x);
+}
+
 // Elements per block when a flat array is shared between threads (a multiple of every batch size).
 inline constexpr int64_t kFlatBlock = 4096;
 
@@ -63,10 +70,9 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
       case Unary::sigmoid: map1<Arch>(i0, i1, x, y, [](B v) { return sigmoid<Arch>(v); }); break;
       case Unary::relu: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::select(v > B(0.0f), v, B(0.0f)); }); break;
       case Unary::gelu_tanh:
-        map1<Arch>(i0, i1, x, y, [](B v) {
-          const B u = B(float(kSqrt2OverPiD)) * xsimd::fma(B(float(kGeluCubicD)) * v * v, v, v);
-          return B(0.5f) * v * (B(1.0f) + xsimd::tanh(u));
-        });
+        // 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + exp(-2u)): one exp and a division instead
+        // of xsimd's tanh, and no cancellation in 1 + tanh(u) for negative x.
+        map1<Arch>(i0, i1, x, y, [](B v) { return v / (B(1.0f) + exp_full<Arch>(gelu_minus_2u<Arch>(v))); });
         break;
       case Unary::gelu_erf:
         map1<Arch>(i0, i1, x, y, [](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2D)))); });
@@ -112,12 +118,12 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
       case Unary::sigmoid: run([](B, B v) { return v * (B(1.0f) - v); }); break;         // s (1 - s)
       case Unary::relu: run([](B u, B) { return xsimd::select(u > B(0.0f), B(1.0f), B(0.0f)); }); break;
       case Unary::gelu_tanh:
-        // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2)
+        // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2); with
+        // s = sigmoid(2u): 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s).
         run([](B u, B) {
-          const B kk = B(float(kSqrt2OverPiD));
-          const B t = xsimd::tanh(kk * xsimd::fma(B(float(kGeluCubicD)) * u * u, u, u));
+          const B s = B(1.0f) / (B(1.0f) + exp_full<Arch>(gelu_minus_2u<Arch>(u)));
           const B poly = xsimd::fma(B(float(3 * kGeluCubicD)) * u, u, B(1.0f));
-          return B(0.5f) * (B(1.0f) + t) + B(0.5f) * u * xsimd::fnma(t, t, B(1.0f)) * kk * poly;
+          return xsimd::fma(B(float(2 * kSqrt2OverPiD)) * u * s * (B(1.0f) - s), poly, s);
         });
         break;
       case Unary::gelu_erf:
