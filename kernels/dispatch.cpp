@@ -15,6 +15,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/ref/ref.hpp"
+#include "kernels/strided.hpp"
 #include "kernels/table.hpp"
 
 namespace tapegrad::kernels {
@@ -274,7 +275,7 @@ void sum_to(int ndim, const int64_t* shape, const T* x, const int64_t* out_strid
 }
 template <class T>
 void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* xs, T* y) {
-  ref::copy_strided<T>(ndim, shape, x, xs, y);
+  fast::copy_strided<T>(ndim, shape, x, xs, y);
 }
 template <class T>
 void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cs, const T* a, const int64_t* as,
@@ -283,7 +284,7 @@ void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cs, con
 }
 template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
-  ref::add_strided<T>(ndim, shape, dy, dx, dxs);
+  fast::add_strided<T>(ndim, shape, dy, dx, dxs);
 }
 template <class T>
 void fill(int64_t n, T value, T* y) { ref::fill<T>(n, value, y); }
@@ -354,7 +355,9 @@ uint64_t splitmix64(uint64_t z) {
 }  // namespace
 
 double uniform_at(uint64_t seed, uint64_t counter) {
-  return double(splitmix64(splitmix64(seed) ^ counter) >> 11) * 0x1.0p-53;
+  // One splitmix64 round over a Weyl sequence keyed by the seed: cheap per element, and a pure
+  // function of (seed, counter), so masks do not depend on thread count or call order.
+  return double(splitmix64(seed * 0xD1B54A32D192ED03ull + counter * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
 }
 
 #define TG_INSTANTIATE(T)                                                                                         \

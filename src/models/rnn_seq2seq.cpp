@@ -55,7 +55,7 @@ class RnnSeq2Seq : public Seq2Seq {
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
     std::vector<bool> finished(static_cast<size_t>(B), false);
     std::vector<int32_t> prev(static_cast<size_t>(B), data::kBos);
-    Tensor feed = Tensor::zeros({B, config_.hidden});
+    Tensor feed = Tensor::zeros({B, config_.hidden}, out_proj_->weight.dtype());
     std::vector<Tensor> maps;
     for (int64_t t = 0; t < max_len; ++t) {
       const Tensor emb = tgt_embed_->forward(Tensor::from_ids(prev, {B}));

@@ -1,0 +1,148 @@
+// nn modules: float64 gradient checks of every module at tiny sizes, parameter naming, positional
+// encodings, and padding semantics of the recurrent stack.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "tapegrad/nn/attention.hpp"
+#include "tapegrad/nn/rnn.hpp"
+#include "tapegrad/nn/transformer.hpp"
+#include "tapegrad/tapegrad.hpp"
+
+using namespace tapegrad;
+
+namespace {
+
+// Gradient-checks `fn` with respect to x and every parameter of `m` (converted to float64).
+void check_module(nn::Module& m, const std::vector<Tensor>& xs, const std::function<Tensor()>& fn,
+                  const std::string& label) {
+  m.to(DType::f64);
+  m.eval();  // dropout off: gradcheck needs a deterministic function
+  std::vector<Tensor> inputs = xs;
+  for (const Tensor& p : m.parameters()) inputs.push_back(p);
+  const GradcheckResult r = gradcheck([&](const std::vector<Tensor>&) { return fn(); }, inputs, {}, label);
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+Tensor input(Shape s, uint64_t seed) {
+  Generator g(seed);
+  return Tensor::randn(s, g, DType::f64).requires_grad_();
+}
+
+}  // namespace
+
+TEST_CASE("Linear, LayerNorm, FeedForward gradients", "[nn][gradcheck]") {
+  Generator g(1);
+  nn::Linear lin(4, 3, g);
+  Tensor x = input({2, 5, 4}, 2);
+  check_module(lin, {x}, [&] { return lin.forward(x); }, "Linear");
+  nn::LayerNorm ln(5);
+  Tensor y = input({3, 5}, 3);
+  check_module(ln, {y}, [&] { return ln.forward(y); }, "LayerNorm");
+  nn::FeedForward ff(4, 7, nn::Activation::gelu, 0.1, g);
+  check_module(ff, {x}, [&] { return ff.forward(x, g); }, "FeedForward");
+}
+
+TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn][gradcheck]") {
+  Generator g(4);
+  nn::MultiHeadAttention mha(8, 2, 0.0, g);
+  Tensor x = input({2, 4, 8}, 5);
+  Tensor mem = input({2, 3, 8}, 6);
+  const Tensor ids = Tensor::from_ids({5, 6, 0, 7, 8, 9}, {2, 3});  // first sequence padded at the end
+  const Tensor mask = nn::key_padding_mask(ids, DType::f64);
+  check_module(mha, {x}, [&] { return mha.forward(x, x, {}, true, g); }, "MHA self causal");
+  check_module(mha, {x, mem}, [&] { return mha.forward(x, mem, mask, false, g); }, "MHA cross padded");
+}
+
+TEST_CASE("Transformer encoder and decoder layers, post-LN and pre-LN", "[nn][gradcheck]") {
+  for (bool pre : {false, true}) {
+    CAPTURE(pre);
+    Generator g(7);
+    const nn::TransformerLayerOptions o{8, 2, 12, 0.0, nn::Activation::relu, pre};
+    nn::EncoderLayer enc(o, g);
+    nn::DecoderLayer dec(o, g);
+    Tensor x = input({2, 3, 8}, 8);
+    Tensor y = input({2, 4, 8}, 9);
+    const Tensor mask = nn::key_padding_mask(Tensor::from_ids({4, 5, 6, 4, 0, 0}, {2, 3}), DType::f64);
+    check_module(enc, {x}, [&] { return enc.forward(x, mask, g); }, "EncoderLayer");
+    check_module(dec, {x, y}, [&] { return dec.forward(y, x, {}, mask, g); }, "DecoderLayer");
+  }
+}
+
+TEST_CASE("Recurrent cells unrolled over 5 steps (BPTT), with padding", "[nn][gradcheck]") {
+  for (auto kind : {nn::CellKind::elman, nn::CellKind::gru, nn::CellKind::lstm}) {
+    CAPTURE(nn::cell_name(kind));
+    Generator g(10);
+    nn::RnnStack rnn(kind, 3, 4, 2, 0.0, g);
+    Tensor x = input({2, 5, 3}, 11);
+    check_module(rnn, {x}, [&] {
+      std::vector<nn::RnnState> states;
+      const Tensor out = rnn.forward(x, {5, 3}, &states, g);
+      Tensor r = add(sum(out), sum(states.back().h));
+      if (states.back().c.defined()) r = add(r, sum(states.back().c));
+      return r;
+    }, nn::cell_name(kind));
+  }
+}
+
+TEST_CASE("Additive and dot attention over encoder states", "[nn][gradcheck]") {
+  for (auto score : {nn::AttentionScore::additive, nn::AttentionScore::dot}) {
+    CAPTURE(nn::score_name(score));
+    Generator g(12);
+    nn::SeqAttention attn(score, 4, 5, 6, g);
+    Tensor q = input({2, 4}, 13);
+    Tensor keys = input({2, 3, 5}, 14);
+    const Tensor mask = Tensor::from_vector({0, 0, -1e9, 0, 0, 0}, {2, 3}, DType::f64);
+    check_module(attn, {q, keys}, [&] {
+      Tensor w;
+      const Tensor ctx = attn.forward(q, keys, attn.precompute(keys), mask, &w);
+      CHECK(w.to_vector()[2] == 0.0);  // the padded key gets no weight
+      return ctx;
+    }, nn::score_name(score));
+  }
+}
+
+TEST_CASE("parameters have hierarchical names", "[nn]") {
+  Generator g(1);
+  const nn::TransformerLayerOptions o{8, 2, 16, 0.1, nn::Activation::relu, false};
+  nn::DecoderLayer dec(o, g);
+  std::vector<std::string> names;
+  for (auto& [n, t] : dec.named_parameters()) names.push_back(n);
+  CHECK(std::find(names.begin(), names.end(), "self_attn.q_proj.weight") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "cross_attn.out_proj.bias") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "norm3.weight") != names.end());
+  CHECK(dec.parameter_count() == 2 * 4 * (8 * 8 + 8) + (8 * 16 + 16 + 16 * 8 + 8) + 3 * 16);
+}
+
+TEST_CASE("sinusoidal positions follow the paper's formula", "[nn]") {
+  Generator g(1);
+  nn::PositionalEncoding pe(nn::PositionalKind::sinusoidal, 10, 4, g);
+  const auto v = pe.forward(Tensor::zeros({1, 10, 4})).to_vector();
+  for (int t = 0; t < 10; ++t) {
+    CHECK(v[size_t(t * 4 + 0)] == Approx(std::sin(t)).margin(1e-6));
+    CHECK(v[size_t(t * 4 + 1)] == Approx(std::cos(t)).margin(1e-6));
+    CHECK(v[size_t(t * 4 + 2)] == Approx(std::sin(t / 100.0)).margin(1e-6));
+  }
+  CHECK_THROWS_WITH(pe.forward(Tensor::zeros({1, 11, 4})), Catch::Contains("max_len 10"));
+  nn::PositionalEncoding none(nn::PositionalKind::none, 10, 4, g);
+  CHECK(none.parameter_count() == 0);
+  nn::PositionalEncoding learned(nn::PositionalKind::learned, 10, 4, g);
+  CHECK(learned.parameter_count() == 40);
+}
+
+TEST_CASE("a padded sequence's final RNN state equals running it alone", "[nn]") {
+  Generator g(3);
+  nn::RnnStack rnn(nn::CellKind::lstm, 3, 5, 2, 0.0, g);
+  rnn.eval();
+  Generator d(4);
+  const Tensor x = Tensor::randn({2, 6, 3}, d);
+  std::vector<nn::RnnState> both, alone;
+  const Tensor out = rnn.forward(x, {6, 4}, &both, g);
+  rnn.forward(narrow(narrow(x, 0, 1, 1), 1, 0, 4).contiguous(), {}, &alone, g);
+  const auto h_both = both.back().h.to_vector(), h_alone = alone.back().h.to_vector();
+  for (int i = 0; i < 5; ++i) CHECK(h_both[size_t(5 + i)] == Approx(h_alone[size_t(i)]).margin(1e-6));
+  // outputs past the end of the shorter sequence are zero
+  const auto o = out.to_vector();
+  for (int t = 4; t < 6; ++t)
+    for (int i = 0; i < 5; ++i) CHECK(o[size_t((6 + t) * 5 + i)] == 0.0);
+}
