@@ -11,18 +11,34 @@
 
 namespace tapegrad::kernels::simd {
 
+// Narrow problems (N no wider than the narrow tile) get the narrow tile (see gemm_config.hpp).
+template <class Arch, class T>
+bool use_narrow(int64_t N) {
+  return gemm_detail::NarrowTile<Arch, T>::enabled && N <= gemm_detail::NarrowTile<Arch, T>::NR;
+}
+
 template <class Arch, class T>
 void gemm_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
                 int64_t ldb, T beta, T* C, int64_t ldc) {
-  gemm_detail::GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
+  using namespace gemm_detail;
+  if (use_narrow<Arch, T>(N))
+    GemmDriver<Arch, T, NarrowTile<Arch, T>>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                                    num_threads());
+  else
+    GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads());
 }
 
 template <class Arch, class T>
 void gemm_batched_entry(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                         int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc,
                         int64_t sc) {
-  gemm_detail::GemmDriver<Arch, T>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C,
-                                                 ldc, sc, num_threads());
+  using namespace gemm_detail;
+  if (use_narrow<Arch, T>(N))
+    GemmDriver<Arch, T, NarrowTile<Arch, T>>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,
+                                                            beta, C, ldc, sc, num_threads());
+  else
+    GemmDriver<Arch, T>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                                      num_threads());
 }
 
 template <class Arch>

@@ -130,7 +130,7 @@ struct GemmDriver {
   // own_us (thread 0 of a team): receives the time this thread spent on its own share, before the
   // final rendezvous, so the caller can tell what the team cost (see TeamCost).
   static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier, double* own_us = nullptr) {
-    const auto t0 = TeamCost::Clock::now();
+    const auto t0 = own_us ? TeamCost::Clock::now() : TeamCost::Clock::time_point();
     if (pr.a_cs != 1 && !pr.pack_a())
       run_thread<true>(pr, tid, nt);
     else
@@ -174,10 +174,10 @@ struct GemmDriver {
           const int64_t nb_panels = ceil_div(nb, NR);
           const T* b_src = pr.b + k0 * pr.b_ks + j0 * pr.b_js;
           // Panels of B: packed (stride NR) or, when B is read in place, B itself except for a panel
-          // cut by the matrix edge, which the kernel would read past.
+          // cut by the matrix edge inside a vector, which the kernel would read past.
           const bool in_place = !pr.pack_b();
           const int64_t ldbp = in_place ? pr.b_ks : NR;
-          const int64_t last_full = in_place ? nb / NR : 0;
+          const int64_t last_full = !in_place ? 0 : nb % W == 0 ? nb_panels : nb / NR;
           TG_PROF_BEGIN;
           if (!in_place)
             pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
@@ -250,6 +250,7 @@ struct GemmDriver {
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
+    if (flops < kMinFlopsPerThread && small(pr)) return;
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
     // No more threads than tiles; none at all inside someone else's parallel region; and none while
     // a team costs more than it saves (see TeamCost).
@@ -275,6 +276,35 @@ struct GemmDriver {
       if (tid == 0 && own_us == 0) own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
     }
     team_cost().record(TeamCost::micros(TeamCost::Clock::now() - start) - own_us);
+  }
+
+  // The small-matrix path: one depth block, both operands read in place, no edge that needs a
+  // packed panel. Nothing to set up but the tile loops, which matters when the whole product takes
+  // ~300 ns (32^3, attention): the general path's block arithmetic (a dozen 64-bit divisions) and
+  // buffer lookups cost 65 ns of that. Returns false (doing nothing) if the problem does not qualify.
+  static bool small(const Problem& pr) {
+    const bool ak = pr.a_cs != 1;
+    if (pr.K > blocking<T, Tile>().kc || pr.pack_a() || pr.pack_b() || pr.N % W != 0) return false;
+    const int64_t lda = ak ? pr.a_cs : pr.a_rs;
+    for (int64_t i = 0; i < pr.M; i += MR) {
+      const T* ap = ak ? pr.a + i : pr.a + i * lda;
+      const int rows = int(std::min<int64_t>(MR, pr.M - i));
+      for (int64_t j = 0; j < pr.N; j += NR) {
+        const int cols = int(std::min<int64_t>(NR, pr.N - j));
+        T* c = pr.c + i * pr.ldc + j;
+        const T* bp = pr.b + j;
+        if (rows == MR && cols == NR) {
+          if (ak)
+            micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+          else
+            micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+        } else {
+          const auto fn = ak ? kernels<true>().fn[rows - 1][cols / W - 1] : kernels<false>().fn[rows - 1][cols / W - 1];
+          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+        }
+      }
+    }
+    return true;
   }
 
   // A rough one-thread time (microseconds) for `flops`: 70% of two W-wide FMAs per cycle at 3 GHz.
