@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <string_view>
+#include <vector>
 #include <numeric>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
@@ -169,11 +171,12 @@ class TeamBarrier {
 // What a thread team costs right now. On a quiet machine a fork/join plus the final rendezvous
 // costs a few microseconds. On a machine shared with other work a thread may wait milliseconds for
 // a core: with compilers running, a two-thread 128^3 GEMM (20 us of work) took 14 ms, where
-// OpenBLAS merely fell to one thread's speed. So every team-run GEMM records what the team cost
-// beyond the calling thread's own work, and a GEMM takes a team only when half its one-thread time
-// exceeds that cost. The estimate halves every 200 ms without news, so after the machine quietens
-// small GEMMs go back to teams within about two seconds; under lasting load that costs one slow
-// call per such period.
+// OpenBLAS merely fell to one thread's speed. So every team run records the time it lost against a
+// perfectly parallel run (TeamRun), and a GEMM takes a team only when half its one-thread time
+// exceeds that estimate. The estimate halves every 200 ms without news, so after the machine
+// quietens small GEMMs go back to teams within about two seconds; under lasting load that costs
+// one slow call per such period. TAPEGRAD_GEMM_TEAM=always skips the estimate (tests use it to
+// exercise the team code whatever the load).
 class TeamCost {
  public:
   using Clock = std::chrono::steady_clock;
@@ -181,12 +184,12 @@ class TeamCost {
   static double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
   // Should a GEMM that takes about `single_us` on one thread use a team?
-  bool worth_it(double single_us) const { return single_us >= 2.0 * estimate_us(Clock::now()); }
+  bool worth_it(double single_us) const { return always_ || single_us >= 2.0 * estimate_us(Clock::now()); }
 
-  void record(double overhead_us) {
+  void record(double lost_us) {
     const auto now = Clock::now();
     const double old = estimate_us(now);
-    ema_us_.store(0.5 * old + 0.5 * std::min(overhead_us, 1e6), std::memory_order_relaxed);
+    ema_us_.store(0.5 * old + 0.5 * std::clamp(lost_us, 0.0, 1e6), std::memory_order_relaxed);
     stamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   }
 
@@ -197,6 +200,10 @@ class TeamCost {
 
  private:
   static constexpr double kFloorUs = 3.0;
+  const bool always_ = [] {
+    const char* v = std::getenv("TAPEGRAD_GEMM_TEAM");
+    return v && std::string_view(v) == "always";
+  }();
   std::atomic<double> ema_us_{5.0};
   std::atomic<Clock::rep> stamp_{0};
 };
@@ -205,5 +212,37 @@ inline TeamCost& team_cost() {
   static TeamCost cost;
   return cost;
 }
+
+// The account of one team run: each thread reports how much work it did (tiles or matrices) and
+// how long that took; the loss is the run's wall time minus the time the largest share would take
+// at the fastest thread's rate. That counts fork/join latency and threads kept off a core by other
+// work, but not the uneven split of tiles that a given shape has anyway.
+class TeamRun {
+ public:
+  using Clock = TeamCost::Clock;
+  explicit TeamRun(int nt) : start_(Clock::now()), slots_(size_t(nt)) {}
+  void report(int tid, double units, Clock::time_point t0, Clock::time_point t1) {
+    slots_[size_t(tid)] = {units, TeamCost::micros(t1 - t0)};
+  }
+  // After the parallel region.
+  void finish() const {
+    double best_rate = -1, max_units = 0;
+    for (const Slot& s : slots_) {
+      if (s.units <= 0) continue;
+      const double rate = s.us / s.units;
+      best_rate = best_rate < 0 ? rate : std::min(best_rate, rate);
+      max_units = std::max(max_units, s.units);
+    }
+    if (best_rate < 0) return;
+    team_cost().record(TeamCost::micros(Clock::now() - start_) - max_units * best_rate);
+  }
+
+ private:
+  struct alignas(64) Slot {
+    double units = 0, us = 0;
+  };
+  Clock::time_point start_;
+  std::vector<Slot> slots_;
+};
 
 }  // namespace tapegrad::kernels::simd::gemm_detail

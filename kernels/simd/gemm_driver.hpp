@@ -127,22 +127,19 @@ struct GemmDriver {
   }
 
   // The loop nest above, for thread `tid` of `nt`.
-  // own_us (thread 0 of a team): receives the time this thread spent on its own share, before the
-  // final rendezvous, so the caller can tell what the team cost (see TeamCost).
-  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier, double* own_us = nullptr) {
-    const auto t0 = own_us ? TeamCost::Clock::now() : TeamCost::Clock::time_point();
-    if (pr.a_cs != 1 && !pr.pack_a())
-      run_thread<true>(pr, tid, nt);
-    else
-      run_thread<false>(pr, tid, nt);
-    if (own_us) *own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
+  // run: the team's account (see TeamRun), or null outside a team.
+  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier, TeamRun* run = nullptr) {
+    const auto t0 = run ? TeamRun::Clock::now() : TeamRun::Clock::time_point();
+    const int64_t tiles = pr.a_cs != 1 && !pr.pack_a() ? run_thread<true>(pr, tid, nt) : run_thread<false>(pr, tid, nt);
+    if (run) run->report(tid, double(tiles), t0, TeamRun::Clock::now());
     // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
     if (nt > 1) barrier->wait();
   }
 
   // AK: A is read in place column by column (small transposed A, see Problem::a_in_place).
+  // Returns the number of tiles of C this thread computed (per depth block).
   template <bool AK>
-  static void run_thread(const Problem& pr, int tid, int nt) {
+  static int64_t run_thread(const Problem& pr, int tid, int nt) {
     const int64_t M = pr.M, N = pr.N, K = pr.K, kc = depth_block(K);
     int tm, tn;
     choose_grid(pr, nt, tm, tn);
@@ -234,6 +231,7 @@ struct GemmDriver {
         }
       }
     }
+    return std::max<int64_t>(0, mp_hi - mp_lo) * ceil_div(my_n, NR);
   }
 
   // One GEMM on up to nt threads.
@@ -261,21 +259,18 @@ struct GemmDriver {
       return;
     }
     TeamBarrier barrier(nt);
-    double own_us = 0;
-    const auto start = TeamCost::Clock::now();
+    TeamRun run(nt);
 #pragma omp parallel num_threads(nt)
     {
       // The runtime may grant fewer threads than asked (OMP_DYNAMIC, thread limits): then thread 0
       // does it all, since the barrier counts on nt arrivals.
       const int tid = omp_get_thread_num();
-      const auto t0 = TeamCost::Clock::now();
       if (omp_get_num_threads() == nt)
-        run_thread(pr, tid, nt, &barrier, tid == 0 ? &own_us : nullptr);
+        run_thread(pr, tid, nt, &barrier, &run);
       else if (tid == 0)
         run_thread(pr, 0, 1, nullptr);
-      if (tid == 0 && own_us == 0) own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
     }
-    team_cost().record(TeamCost::micros(TeamCost::Clock::now() - start) - own_us);
+    run.finish();
   }
 
   // The small-matrix path: one depth block, both operands read in place, no edge that needs a
@@ -330,18 +325,20 @@ struct GemmDriver {
     const int team = int(std::min<int64_t>(nt, batch));
     std::atomic<int64_t> next{0};
     TeamBarrier barrier(team);
-    double own_us = 0;
-    const auto start = TeamCost::Clock::now();
+    TeamRun run(team);
 #pragma omp parallel num_threads(team)
     {
-      const auto t0 = TeamCost::Clock::now();
+      const auto t0 = TeamRun::Clock::now();
+      int64_t done = 0;
       for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < batch;
-           i = next.fetch_add(1, std::memory_order_relaxed))
+           i = next.fetch_add(1, std::memory_order_relaxed), ++done)
         gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
-      if (omp_get_thread_num() == 0) own_us = TeamCost::micros(TeamCost::Clock::now() - t0);
-      if (omp_get_num_threads() == team) barrier.wait();
+      if (omp_get_num_threads() == team) {
+        run.report(omp_get_thread_num(), double(done), t0, TeamRun::Clock::now());
+        barrier.wait();
+      }
     }
-    team_cost().record(TeamCost::micros(TeamCost::Clock::now() - start) - own_us);
+    run.finish();
   }
 };
 

@@ -11,6 +11,7 @@
 // Slow cases (1000-sized, every transpose) are tagged [.slow].
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -23,6 +24,10 @@
 namespace k = tapegrad::kernels;
 
 namespace {
+
+// Thread count 2 must exercise the team code even when a busy machine would make the GEMM decide
+// a team does not pay (see TeamCost in kernels/simd/gemm_config.hpp). Set before the first GEMM.
+const bool kAlwaysTeams = setenv("TAPEGRAD_GEMM_TEAM", "always", 0) == 0;
 
 // Restores the process-wide instruction set and thread count when a test ends (or fails).
 struct KernelStateGuard {
