@@ -133,7 +133,8 @@ void register_softmax(int64_t rows, int64_t cols) {
            return d <= 1e-6 ? "" : "softmax differs from the reference by " + std::to_string(d);
          }});
     add({"softmax/reference" + tail, t, bytes,
-         [=] { ref::softmax<float>(rows, cols, buffer("x", n).data(), buffer("y", n).data(), {}); }, nullptr});
+         [=] { ref::softmax<float>(rows, cols, buffer("x", n).data(), buffer("y", n).data(), {}); },
+         nullptr});
     add({"softmax/memcpy" + tail, t, bytes,
          [=] { parallel_memcpy(buffer("y", n).data(), buffer("x", n).data(), n, t); }, nullptr});
   }
@@ -148,9 +149,11 @@ void register_layernorm(int64_t rows, int64_t cols) {
     auto& mean = buffer("mean", rows);
     auto& rstd = buffer("rstd", rows);
     if (simd)
-      k::layer_norm<float>(rows, cols, buffer("x", n).data(), g.data(), b.data(), 1e-5, y, mean.data(), rstd.data());
+      k::layer_norm<float>(rows, cols, buffer("x", n).data(), g.data(), b.data(), 1e-5, y, mean.data(),
+                           rstd.data());
     else
-      ref::layer_norm<float>(rows, cols, buffer("x", n).data(), g.data(), b.data(), 1e-5, y, mean.data(), rstd.data());
+      ref::layer_norm<float>(rows, cols, buffer("x", n).data(), g.data(), b.data(), 1e-5, y, mean.data(),
+                             rstd.data());
   };
   for (int t : {1, 2}) {
     const std::string tail = tail_of(shape_name(rows, cols), t);
@@ -180,7 +183,8 @@ void register_cross_entropy(int64_t rows, int64_t V) {
     if (simd)
       k::cross_entropy<float>(rows, V, x, targets->data(), -100, 0.1, loss.data(), grad, 1.0 / double(rows));
     else
-      ref::cross_entropy<float>(rows, V, x, targets->data(), -100, 0.1, loss.data(), grad, 1.0 / double(rows));
+      ref::cross_entropy<float>(rows, V, x, targets->data(), -100, 0.1, loss.data(), grad,
+                                1.0 / double(rows));
   };
   for (int t : {1, 2}) {
     const std::string tail = tail_of(shape_name(rows, V), t);
@@ -212,7 +216,8 @@ void register_gelu(int64_t n) {
            return d <= 1e-5 ? "" : "gelu differs from the reference by " + std::to_string(d);
          }});
     add({"gelu/reference" + tail, t, bytes,
-         [=] { ref::unary<float>(k::Unary::gelu_tanh, n, buffer("x", n).data(), buffer("y", n).data()); }, nullptr});
+         [=] { ref::unary<float>(k::Unary::gelu_tanh, n, buffer("x", n).data(), buffer("y", n).data()); },
+         nullptr});
     add({"gelu/memcpy" + tail, t, bytes,
          [=] { parallel_memcpy(buffer("y", n).data(), buffer("x", n).data(), n, t); }, nullptr});
   }
@@ -238,17 +243,20 @@ void register_adam(int64_t n) {
     add({"adam/tapegrad" + tail, t, bytes, [=] { call(true, ""); },
          [=]() -> std::string {
            // fresh copies of the same state for both paths
-           for (const char* r : {"param", "m", "v"}) buffer(std::string(r) + "/check", n) = buffer(r, n, 0, 0.1f);
+           for (const char* r : {"param", "m", "v"})
+             buffer(std::string(r) + "/check", n) = buffer(r, n, 0, 0.1f);
            call(false, "/check");
            call(true, "");
            const double d = max_abs_diff(buffer("param", n), buffer("param/check", n));
            return d <= 1e-6 ? "" : "adam differs from the reference by " + std::to_string(d);
          }});
     add({"adam/reference" + tail, t, bytes, [=] { call(false, ""); }, nullptr});
-    add({"adam/memcpy" + tail, t, bytes, [=] {
+    add({"adam/memcpy" + tail, t, bytes,
+         [=] {
            // 3.5 n floats copied = 7 n floats moved
            parallel_memcpy(buffer("y", 7 * n / 2).data(), buffer("x", 7 * n / 2).data(), 7 * n / 2, t);
-         }, nullptr});
+         },
+         nullptr});
   }
 }
 

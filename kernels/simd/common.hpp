@@ -22,11 +22,13 @@
 // g++ 12.2 reports its own AVX-512 intrinsics (the `__Y = __Y` idiom of _mm512_undefined_*) as
 // "used uninitialized" once they are inlined into our code (GCC PR105593, fixed in 12.3). Each
 // kernel header switches exactly those two warnings off between these markers.
-#define TG_SIMD_SILENCE_GCC_PR105593_BEGIN                       \
-  _Pragma("GCC diagnostic push")                                 \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")         \
+// clang-format off
+#define TG_SIMD_SILENCE_GCC_PR105593_BEGIN                   \
+  _Pragma("GCC diagnostic push")                             \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")     \
   _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #define TG_SIMD_SILENCE_GCC_PR105593_END _Pragma("GCC diagnostic pop")
+// clang-format on
 
 TG_SIMD_SILENCE_GCC_PR105593_BEGIN
 
@@ -171,7 +173,9 @@ bool stream_output(int64_t rows, int64_t cols, const float* y) {
 // std::vector so that no library template is instantiated under this TU's instruction set.
 struct Scratch {
   float* p = nullptr;
-  explicit Scratch(int64_t n) : p(static_cast<float*>(::operator new[](sizeof(float) * size_t(std::max<int64_t>(n, 1)), std::align_val_t{64}))) {}
+  explicit Scratch(int64_t n)
+      : p(static_cast<float*>(
+            ::operator new[](sizeof(float) * size_t(std::max<int64_t>(n, 1)), std::align_val_t{64}))) {}
   ~Scratch() { ::operator delete[](p, std::align_val_t{64}); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

@@ -40,7 +40,8 @@ void parallel_flat(int64_t n, int64_t cost_per_element, F&& body) {
   if (n <= 0) return;
   const int64_t blocks = (n + kFlatBlock - 1) / kFlatBlock;
   const int nt = team_for(n * cost_per_element, blocks);
-  parallel_ranges(blocks, nt, [&](int64_t b0, int64_t b1) { body(b0 * kFlatBlock, std::min(n, b1 * kFlatBlock)); });
+  parallel_ranges(blocks, nt,
+                  [&](int64_t b0, int64_t b1) { body(b0 * kFlatBlock, std::min(n, b1 * kFlatBlock)); });
 }
 
 // Applies f (batch -> batch) over [i0, i1): vector body, padded-batch tail (fill 1 keeps log/sqrt
@@ -61,21 +62,38 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
   const int64_t cost = (op == Unary::neg || op == Unary::abs || op == Unary::relu) ? 1 : 8;
   parallel_flat(n, cost, [&](int64_t i0, int64_t i1) {
     switch (op) {
-      case Unary::neg: map1<Arch>(i0, i1, x, y, [](B v) { return -v; }); break;
-      case Unary::exp: map1<Arch>(i0, i1, x, y, [](B v) { return exp_full<Arch>(v); }); break;
-      case Unary::log: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::log(v); }); break;
-      case Unary::sqrt: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::sqrt(v); }); break;
-      case Unary::abs: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::abs(v); }); break;
-      case Unary::tanh: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::tanh(v); }); break;
-      case Unary::sigmoid: map1<Arch>(i0, i1, x, y, [](B v) { return sigmoid<Arch>(v); }); break;
-      case Unary::relu: map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::select(v > B(0.0f), v, B(0.0f)); }); break;
+      case Unary::neg:
+        map1<Arch>(i0, i1, x, y, [](B v) { return -v; });
+        break;
+      case Unary::exp:
+        map1<Arch>(i0, i1, x, y, [](B v) { return exp_full<Arch>(v); });
+        break;
+      case Unary::log:
+        map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::log(v); });
+        break;
+      case Unary::sqrt:
+        map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::sqrt(v); });
+        break;
+      case Unary::abs:
+        map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::abs(v); });
+        break;
+      case Unary::tanh:
+        map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::tanh(v); });
+        break;
+      case Unary::sigmoid:
+        map1<Arch>(i0, i1, x, y, [](B v) { return sigmoid<Arch>(v); });
+        break;
+      case Unary::relu:
+        map1<Arch>(i0, i1, x, y, [](B v) { return xsimd::select(v > B(0.0f), v, B(0.0f)); });
+        break;
       case Unary::gelu_tanh:
         // 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + exp(-2u)): one exp and a division instead
         // of xsimd's tanh, and no cancellation in 1 + tanh(u) for negative x.
         map1<Arch>(i0, i1, x, y, [](B v) { return v / (B(1.0f) + exp_full<Arch>(gelu_minus_2u<Arch>(v))); });
         break;
       case Unary::gelu_erf:
-        map1<Arch>(i0, i1, x, y, [](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2D)))); });
+        map1<Arch>(i0, i1, x, y,
+                   [](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2D)))); });
         break;
     }
   });
@@ -94,7 +112,8 @@ void map_backward(int64_t i0, int64_t i1, const float* x, const float* y, const 
   if (i < i1) {
     const int64_t n = i1 - i;
     const B d = g(load_tail<Arch>(x + i, n, 1.0f), load_tail<Arch>(y + i, n, 1.0f));
-    store_tail<Arch>(dx + i, n, xsimd::fma(load_tail<Arch>(dy + i, n, 0.0f), d, load_tail<Arch>(dx + i, n, 0.0f)));
+    store_tail<Arch>(dx + i, n,
+                     xsimd::fma(load_tail<Arch>(dy + i, n, 0.0f), d, load_tail<Arch>(dx + i, n, 0.0f)));
   }
 }
 
@@ -105,18 +124,32 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
   parallel_flat(n, 8, [&](int64_t i0, int64_t i1) {
     auto run = [&](auto g) { map_backward<Arch>(i0, i1, x, y, dy, dx, g); };
     switch (op) {
-      case Unary::neg: run([](B, B) { return B(-1.0f); }); break;
-      case Unary::exp: run([](B, B v) { return v; }); break;                              // d exp = exp
-      case Unary::log: run([](B u, B) { return B(1.0f) / u; }); break;                    // d log = 1/x
-      case Unary::sqrt: run([](B, B v) { return B(0.5f) / v; }); break;                   // 1/(2 sqrt x)
+      case Unary::neg:
+        run([](B, B) { return B(-1.0f); });
+        break;
+      case Unary::exp:
+        run([](B, B v) { return v; });
+        break;  // d exp = exp
+      case Unary::log:
+        run([](B u, B) { return B(1.0f) / u; });
+        break;  // d log = 1/x
+      case Unary::sqrt:
+        run([](B, B v) { return B(0.5f) / v; });
+        break;  // 1/(2 sqrt x)
       case Unary::abs:
         run([](B u, B) {
           return xsimd::select(u > B(0.0f), B(1.0f), xsimd::select(u < B(0.0f), B(-1.0f), B(0.0f)));
         });
         break;
-      case Unary::tanh: run([](B, B v) { return xsimd::fnma(v, v, B(1.0f)); }); break;    // 1 - tanh^2
-      case Unary::sigmoid: run([](B, B v) { return v * (B(1.0f) - v); }); break;         // s (1 - s)
-      case Unary::relu: run([](B u, B) { return xsimd::select(u > B(0.0f), B(1.0f), B(0.0f)); }); break;
+      case Unary::tanh:
+        run([](B, B v) { return xsimd::fnma(v, v, B(1.0f)); });
+        break;  // 1 - tanh^2
+      case Unary::sigmoid:
+        run([](B, B v) { return v * (B(1.0f) - v); });
+        break;  // s (1 - s)
+      case Unary::relu:
+        run([](B u, B) { return xsimd::select(u > B(0.0f), B(1.0f), B(0.0f)); });
+        break;
       case Unary::gelu_tanh:
         // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2); with
         // s = sigmoid(2u): 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s).
@@ -166,7 +199,9 @@ void affine_f32(int64_t n, const float* x, float scale, float shift, float* y, b
 // Broadcasting binary ops.
 
 // Stride kinds of an operand along the run: 0 broadcast, 1 contiguous, 2 anything else.
-inline int stride_kind(int64_t s) { return s == 0 ? 0 : (s == 1 ? 1 : 2); }
+inline int stride_kind(int64_t s) {
+  return s == 0 ? 0 : (s == 1 ? 1 : 2);
+}
 
 template <class Arch, int K>
 TG_INLINE Batch<Arch> load_kind(const float* p, int64_t s, int64_t j) {
@@ -186,8 +221,8 @@ TG_INLINE Batch<Arch> load_kind(const float* p, int64_t s, int64_t j) {
 // read only when HasD. f is generic: called with batches in the body and with floats in the tail;
 // with Vector = false only with floats (pow).
 template <class Arch, int KA, int KB, bool HasD, bool Vector, class F>
-void binary_run(int64_t j0, int64_t j1, const float* a, int64_t sa, const float* b, int64_t sb, const float* d,
-                float* y, F&& f) {
+void binary_run(int64_t j0, int64_t j1, const float* a, int64_t sa, const float* b, int64_t sb,
+                const float* d, float* y, F&& f) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   int64_t j = j0;
@@ -210,15 +245,33 @@ void binary_run_dispatch(int64_t j0, int64_t j1, const float* a, int64_t sa, con
     return;
   }
   switch (stride_kind(sa) * 3 + stride_kind(sb)) {
-    case 0: TG_RUN(0, 0); break;
-    case 1: TG_RUN(0, 1); break;
-    case 2: TG_RUN(0, 2); break;
-    case 3: TG_RUN(1, 0); break;
-    case 4: TG_RUN(1, 1); break;
-    case 5: TG_RUN(1, 2); break;
-    case 6: TG_RUN(2, 0); break;
-    case 7: TG_RUN(2, 1); break;
-    default: TG_RUN(2, 2); break;
+    case 0:
+      TG_RUN(0, 0);
+      break;
+    case 1:
+      TG_RUN(0, 1);
+      break;
+    case 2:
+      TG_RUN(0, 2);
+      break;
+    case 3:
+      TG_RUN(1, 0);
+      break;
+    case 4:
+      TG_RUN(1, 1);
+      break;
+    case 5:
+      TG_RUN(1, 2);
+      break;
+    case 6:
+      TG_RUN(2, 0);
+      break;
+    case 7:
+      TG_RUN(2, 1);
+      break;
+    default:
+      TG_RUN(2, 2);
+      break;
   }
 #undef TG_RUN
 }
@@ -236,8 +289,8 @@ void binary_drive(int ndim, const int64_t* shape, const float* a, const int64_t*
   for_each_run(s, 3, nt, [&](const int64_t* off, int64_t j0, int64_t j1) {
     // The output is contiguous, so its offset for this outer index is off[2]; shift every pointer to
     // the run's outer start and index the run from j0.
-    binary_run_dispatch<Arch, HasD, Vector>(j0, j1, a + off[0], s.stride[0][last], b + off[1], s.stride[1][last],
-                                    HasD ? d + off[2] : nullptr, y + off[2], f);
+    binary_run_dispatch<Arch, HasD, Vector>(j0, j1, a + off[0], s.stride[0][last], b + off[1],
+                                            s.stride[1][last], HasD ? d + off[2] : nullptr, y + off[2], f);
   });
 }
 
@@ -248,10 +301,18 @@ void binary_f32(Binary op, int ndim, const int64_t* shape, const float* a, const
     binary_drive<Arch, false, true>(ndim, shape, a, sa, b, sb, nullptr, y, cost, f);
   };
   switch (op) {
-    case Binary::add: drive(1, [](auto u, auto v, auto) { return u + v; }); break;
-    case Binary::sub: drive(1, [](auto u, auto v, auto) { return u - v; }); break;
-    case Binary::mul: drive(1, [](auto u, auto v, auto) { return u * v; }); break;
-    case Binary::div: drive(2, [](auto u, auto v, auto) { return u / v; }); break;
+    case Binary::add:
+      drive(1, [](auto u, auto v, auto) { return u + v; });
+      break;
+    case Binary::sub:
+      drive(1, [](auto u, auto v, auto) { return u - v; });
+      break;
+    case Binary::mul:
+      drive(1, [](auto u, auto v, auto) { return u * v; });
+      break;
+    case Binary::div:
+      drive(2, [](auto u, auto v, auto) { return u / v; });
+      break;
     case Binary::pow:
       binary_drive<Arch, false, false>(ndim, shape, a, sa, b, sb, nullptr, y, 8,
                                        [](float u, float v, float) { return std::pow(u, v); });
@@ -261,24 +322,32 @@ void binary_f32(Binary op, int ndim, const int64_t* shape, const float* a, const
 
 // g = dy * d(a op b)/d(operand `which`), elementwise before any broadcast reduction.
 template <class Arch>
-void binary_backward_f32(Binary op, int which, int ndim, const int64_t* shape, const float* a, const int64_t* sa,
-                         const float* b, const int64_t* sb, const float* dy, float* g) {
+void binary_backward_f32(Binary op, int which, int ndim, const int64_t* shape, const float* a,
+                         const int64_t* sa, const float* b, const int64_t* sb, const float* dy, float* g) {
   auto drive = [&](int64_t cost, auto f) {
     binary_drive<Arch, true, true>(ndim, shape, a, sa, b, sb, dy, g, cost, f);
   };
   switch (op) {
-    case Binary::add: drive(1, [](auto, auto, auto d) { return d; }); break;
+    case Binary::add:
+      drive(1, [](auto, auto, auto d) { return d; });
+      break;
     case Binary::sub:
-      if (which == 0) drive(1, [](auto, auto, auto d) { return d; });
-      else drive(1, [](auto, auto, auto d) { return -d; });
+      if (which == 0)
+        drive(1, [](auto, auto, auto d) { return d; });
+      else
+        drive(1, [](auto, auto, auto d) { return -d; });
       break;
     case Binary::mul:  // d(ab)/da = b, d(ab)/db = a
-      if (which == 0) drive(1, [](auto, auto v, auto d) { return d * v; });
-      else drive(1, [](auto u, auto, auto d) { return d * u; });
+      if (which == 0)
+        drive(1, [](auto, auto v, auto d) { return d * v; });
+      else
+        drive(1, [](auto u, auto, auto d) { return d * u; });
       break;
     case Binary::div:  // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
-      if (which == 0) drive(2, [](auto, auto v, auto d) { return d * (decltype(v)(1.0f) / v); });
-      else drive(2, [](auto u, auto v, auto d) { return d * (-u / (v * v)); });
+      if (which == 0)
+        drive(2, [](auto, auto v, auto d) { return d * (decltype(v)(1.0f) / v); });
+      else
+        drive(2, [](auto u, auto v, auto d) { return d * (-u / (v * v)); });
       break;
     case Binary::pow:  // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b log a
       if (which == 0)

@@ -35,7 +35,8 @@ void embedding_backward_columns(int64_t n, int64_t dim, const int32_t* ids, cons
     const float* src = dy + i * dim;
     float* dst = dtable + int64_t(ids[i]) * dim;
     int64_t c = c0;
-    for (; c + W <= c1; c += W) (B::load_unaligned(dst + c) + B::load_unaligned(src + c)).store_unaligned(dst + c);
+    for (; c + W <= c1; c += W)
+      (B::load_unaligned(dst + c) + B::load_unaligned(src + c)).store_unaligned(dst + c);
     for (; c < c1; ++c) dst[c] += src[c];
   }
 }

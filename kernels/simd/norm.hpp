@@ -36,7 +36,8 @@ TG_INLINE void shifted_sums(const Batch<Arch>& v, const Batch<Arch>& k, Batch<Ar
 // standard deviations from the mean (or anything is NaN) the row falls back to the reference's
 // method, the plain mean and then the centred variance, over a row that is still in L1.
 template <class Arch>
-RowStats row_stats(const float* x, int64_t n, float k, const Batch<Arch>& s1v, const Batch<Arch>& s2v, double eps) {
+RowStats row_stats(const float* x, int64_t n, float k, const Batch<Arch>& s1v, const Batch<Arch>& s2v,
+                   double eps) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   const float inv_n = 1.0f / float(n);
@@ -94,8 +95,8 @@ RowStats row_stats_pass(const float* x, int64_t n, double eps) {
 // row xn (independent work, so the out-of-order core overlaps the two and a row's reductions no
 // longer stall the pipeline). xn is loaded before y is stored (4K aliasing). Returns xn's stats.
 template <class Arch, bool G, bool Bt, bool Stream>
-RowStats layer_norm_step(int64_t n, const float* x, RowStats st, const float* gamma, const float* beta, float* y,
-                         const float* xn, double eps) {
+RowStats layer_norm_step(int64_t n, const float* x, RowStats st, const float* gamma, const float* beta,
+                         float* y, const float* xn, double eps) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   const B m(st.mean), s(st.rstd), k(xn[0]);
@@ -133,16 +134,15 @@ RowStats layer_norm_step(int64_t n, const float* x, RowStats st, const float* ga
     shifted_sums<Arch>(v0, k, s1a, s2a);
   }
   if (c < n) shifted_sums<Arch>(load_tail<Arch>(xn + c, n - c, xn[0]), k, s1b, s2b);
-  for (; c < n; ++c)
-    y[c] = (x[c] - st.mean) * st.rstd * (G ? gamma[c] : 1.0f) + (Bt ? beta[c] : 0.0f);
+  for (; c < n; ++c) y[c] = (x[c] - st.mean) * st.rstd * (G ? gamma[c] : 1.0f) + (Bt ? beta[c] : 0.0f);
   return row_stats<Arch>(xn, n, xn[0], s1a + s1b, s2a + s2b, eps);
 }
 
 // Rows [r0, r1); the first row's statistics take their own pass, every later row's come with
 // the previous row's output.
 template <class Arch, bool G, bool Bt, bool Stream>
-void layer_norm_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, const float* gamma, const float* beta,
-                     double eps, float* y, float* mean, float* rstd) {
+void layer_norm_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, const float* gamma,
+                     const float* beta, double eps, float* y, float* mean, float* rstd) {
   RowStats st = row_stats_pass<Arch>(x + r0 * cols, cols, eps);
   for (int64_t r = r0; r < r1; ++r) {
     const float* xn = x + std::min(r + 1, r1 - 1) * cols;  // the last row's "next" is itself: harmless
@@ -154,14 +154,14 @@ void layer_norm_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, const
 }
 
 template <class Arch>
-void layer_norm_f32(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* beta, double eps,
-                    float* y, float* mean, float* rstd) {
+void layer_norm_f32(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* beta,
+                    double eps, float* y, float* mean, float* rstd) {
   if (rows <= 0 || cols <= 0) return;
   const int nt = team_for(rows * cols * 3, rows);
   const bool stream = stream_output<Arch>(rows, cols, y);
   parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-#define TG_ROWS(G, Bt)                                                                                      \
-  (stream ? layer_norm_rows<Arch, G, Bt, true>(r0, r1, cols, x, gamma, beta, eps, y, mean, rstd)            \
+#define TG_ROWS(G, Bt)                                                                           \
+  (stream ? layer_norm_rows<Arch, G, Bt, true>(r0, r1, cols, x, gamma, beta, eps, y, mean, rstd) \
           : layer_norm_rows<Arch, G, Bt, false>(r0, r1, cols, x, gamma, beta, eps, y, mean, rstd))
     if (gamma && beta)
       TG_ROWS(true, true);
@@ -179,8 +179,8 @@ void layer_norm_f32(int64_t rows, int64_t cols, const float* x, const float* gam
 //   dx += rstd * (g - mean(g) - xhat * mean(g * xhat))      (layer_norm: y = xhat * gamma + beta)
 //   dgamma_acc += dy * xhat,  dbeta_acc += dy
 template <class Arch>
-void layer_norm_backward_row(int64_t cols, const float* xr, const float* gamma, float mu, float rs, const float* dyr,
-                             float* dxr, float* dg, float* db) {
+void layer_norm_backward_row(int64_t cols, const float* xr, const float* gamma, float mu, float rs,
+                             const float* dyr, float* dxr, float* dg, float* db) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   const B m(mu), s(rs);
@@ -228,8 +228,9 @@ inline constexpr int64_t kNormBlockMinRows = 16;
 inline constexpr int64_t kNormMaxBlocks = 64;
 
 template <class Arch>
-void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
-                             const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) {
+void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const float* gamma,
+                             const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma,
+                             float* dbeta) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   if (rows <= 0 || cols <= 0) return;
@@ -257,7 +258,8 @@ void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const f
       const Range rr = split(rows, int(b), int(nblocks));
       for (int64_t r = rr.begin; r < rr.end; ++r)
         layer_norm_backward_row<Arch>(cols, x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
-                                      dx ? dx + r * cols : nullptr, dgamma ? dg : nullptr, dbeta ? db : nullptr);
+                                      dx ? dx + r * cols : nullptr, dgamma ? dg : nullptr,
+                                      dbeta ? db : nullptr);
     }
   });
   // Fixed-order reduction of the partials; columns split across threads, which changes nothing.

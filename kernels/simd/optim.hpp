@@ -61,9 +61,10 @@ template <class Arch>
 void adam_update_f32(int64_t n, float* param, const float* grad, float* m, float* v, const AdamParams& p) {
   const double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
   const double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
-  const AdamConsts k{float(p.beta1), float(1 - p.beta1), float(p.beta2),  float(1 - p.beta2),
-                     float(bc1),     float(bc2),         float(p.lr),     float(p.eps),
-                     float(p.weight_decay), float(p.lr * p.weight_decay), p.decoupled};
+  const AdamConsts k{
+      float(p.beta1), float(1 - p.beta1), float(p.beta2), float(1 - p.beta2),    float(bc1),
+      float(bc2),     float(p.lr),        float(p.eps),   float(p.weight_decay), float(p.lr * p.weight_decay),
+      p.decoupled};
   parallel_flat(n, 6, [&](int64_t i0, int64_t i1) { adam_block<Arch>(i0, i1, param, grad, m, v, k); });
 }
 

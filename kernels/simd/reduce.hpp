@@ -83,7 +83,8 @@ void add_rows(const float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1, 
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld;
     int64_t c = c0;
-    for (; c + W <= c1; c += W) (B::load_unaligned(out + c) + B::load_unaligned(xr + c)).store_unaligned(out + c);
+    for (; c + W <= c1; c += W)
+      (B::load_unaligned(out + c) + B::load_unaligned(xr + c)).store_unaligned(out + c);
     for (; c < c1; ++c) out[c] += xr[c];
   }
 }
@@ -127,7 +128,8 @@ void sum_to_f32(int ndim, const int64_t* shape, const float* x, const int64_t* o
   if (s.ndim == 2 && so == 0) {  // [R, C] -> [R] (strided out): row sums, rows independent
     const int64_t rows = s.shape[0], os = s.stride[1][0];
     parallel_ranges(rows, team_for(rows * inner, rows), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) out[r * os] += float(flat_sum<Arch, false>(x + r * inner, inner, false));
+      for (int64_t r = r0; r < r1; ++r)
+        out[r * os] += float(flat_sum<Arch, false>(x + r * inner, inner, false));
     });
     return;
   }
@@ -140,7 +142,8 @@ void sum_to_f32(int ndim, const int64_t* shape, const float* x, const int64_t* o
     float* orow = out + off[1];
     if (so == 1) {
       int64_t c = 0;
-      for (; c + W <= inner; c += W) (B::load_unaligned(orow + c) + B::load_unaligned(xr + c)).store_unaligned(orow + c);
+      for (; c + W <= inner; c += W)
+        (B::load_unaligned(orow + c) + B::load_unaligned(xr + c)).store_unaligned(orow + c);
       for (; c < inner; ++c) orow[c] += xr[c];
     } else if (so == 0) {
       orow[0] += float(flat_sum<Arch, false>(xr, inner, false));

@@ -9,11 +9,10 @@
 // eps = FLT_EPSILON (1.19e-7) and of the length n being reduced, next to each check. Where the SIMD
 // code does the reference's arithmetic in the reference's order (binary ops, embedding, bias sums)
 // the check is exact.
+#include <algorithm>
 #include <catch2/catch.hpp>
-
 #include <cfloat>
 #include <cmath>
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -67,7 +66,8 @@ bool same_special(double a, double b) {
 // One CHECK per array: reports the worst element (index, got, want) if any is outside its limit,
 // limit(i) being the allowed |got - want| at element i.
 template <class T, class Limit>
-void check_within(const std::vector<T>& got, const std::vector<T>& want, Limit&& limit, const std::string& what) {
+void check_within(const std::vector<T>& got, const std::vector<T>& want, Limit&& limit,
+                  const std::string& what) {
   REQUIRE(got.size() == want.size());
   int64_t bad = -1;
   double worst = 0;
@@ -93,7 +93,8 @@ void check_within(const std::vector<T>& got, const std::vector<T>& want, Limit&&
 
 template <class T>
 void check_close(const std::vector<T>& got, const std::vector<T>& want, Tol tol, const std::string& what) {
-  check_within(got, want, [&](size_t i) { return tol.atol + tol.rtol * std::abs(double(want[i])); }, what);
+  check_within(
+      got, want, [&](size_t i) { return tol.atol + tol.rtol * std::abs(double(want[i])); }, what);
 }
 
 template <class T>
@@ -140,8 +141,19 @@ TEST_CASE("exp: relative error bound over the float range, edge values", "[kerne
     CHECK(worst <= 2 * kEps);
 
     // Edges: overflow to +inf like std::exp, gradual underflow, exact 0 far below, NaN stays NaN.
-    const std::vector<float> edge = {88.7f, 88.73f, 100.0f, kInfF, -88.0f, -95.0f, -103.0f, -104.0f, -200.0f,
-                                     -kInfF, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f};
+    const std::vector<float> edge = {88.7f,
+                                     88.73f,
+                                     100.0f,
+                                     kInfF,
+                                     -88.0f,
+                                     -95.0f,
+                                     -103.0f,
+                                     -104.0f,
+                                     -200.0f,
+                                     -kInfF,
+                                     std::numeric_limits<float>::quiet_NaN(),
+                                     0.0f,
+                                     -0.0f};
     std::vector<float> ye(edge.size());
     k::unary<float>(k::Unary::exp, int64_t(edge.size()), edge.data(), ye.data());
     for (size_t i = 0; i < edge.size(); ++i) {
@@ -189,7 +201,7 @@ TEST_CASE("exp for softmax (x <= 0), seen through log_softmax_backward", "[kerne
       worst_ratio = std::max(worst_ratio, rel / ((1 + std::abs(yi) / 40) * kEps));
     }
     INFO("exp (x <= 0) worst relative error " << worst / kEps << " eps overall, " << worst_near / kEps
-                                             << " eps on [-10, 0]");
+                                              << " eps on [-10, 0]");
     CHECK(worst_ratio <= 1.0);
     // Below FLT_MIN: the denormal (AVX-512, scalef) or 0 (flushed, elsewhere); -inf: exactly 0.
     CHECK(std::abs(dx[size_t(n - 3)]) < 1.2e-38f);
@@ -323,18 +335,21 @@ TEST_CASE("binary and binary_backward match the reference exactly", "[kernels][e
     }
     const int64_t total = numel(bc.shape);
     // b in [0.5, 2] keeps div and pow (positive base) well conditioned
-    const auto a = random_vec(numel(bc.a_shape), 0.5f, 2.0f, 31), b = random_vec(numel(bc.b_shape), 0.5f, 2.0f, 32);
+    const auto a = random_vec(numel(bc.a_shape), 0.5f, 2.0f, 31),
+               b = random_vec(numel(bc.b_shape), 0.5f, 2.0f, 32);
     const auto dy = random_vec(total, -1, 1, 33);
     for (k::Binary op : {k::Binary::add, k::Binary::sub, k::Binary::mul, k::Binary::div, k::Binary::pow}) {
       CAPTURE(bc.name, n, threads, int(op));
-      std::vector<float> want(static_cast<size_t>(total)), ga_want(static_cast<size_t>(total)), gb_want(static_cast<size_t>(total));
+      std::vector<float> want(static_cast<size_t>(total)), ga_want(static_cast<size_t>(total)),
+          gb_want(static_cast<size_t>(total));
       ref::binary<float>(op, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), want.data());
-      ref::binary_backward<float>(op, 0, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), dy.data(),
-                                  ga_want.data());
-      ref::binary_backward<float>(op, 1, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), dy.data(),
-                                  gb_want.data());
+      ref::binary_backward<float>(op, 0, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(),
+                                  dy.data(), ga_want.data());
+      ref::binary_backward<float>(op, 1, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(),
+                                  dy.data(), gb_want.data());
       for_each_isa(threads, [&](const std::string&) {
-        std::vector<float> got(static_cast<size_t>(total)), ga(static_cast<size_t>(total)), gb(static_cast<size_t>(total));
+        std::vector<float> got(static_cast<size_t>(total)), ga(static_cast<size_t>(total)),
+            gb(static_cast<size_t>(total));
         k::binary<float>(op, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(), got.data());
         k::binary_backward<float>(op, 0, ndim, bc.shape.data(), a.data(), sa.data(), b.data(), sb.data(),
                                   dy.data(), ga.data());
@@ -364,8 +379,9 @@ TEST_CASE("sum_to matches the reference", "[kernels][reduce]") {
   const int threads = GENERATE(1, 2);
   const int64_t n = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
   const std::vector<SumToCase> cases = {
-      {"all", {7, n}, {1, 1}},         {"bias", {33, n}, {1, n}},       {"rows", {n, 9}, {n, 1}},
-      {"none", {3, n}, {3, n}},        {"middle", {2, n, 5}, {2, 1, 5}}, {"outer+inner", {3, n, 4}, {1, n, 1}},
+      {"all", {7, n}, {1, 1}},           {"bias", {33, n}, {1, n}},
+      {"rows", {n, 9}, {n, 1}},          {"none", {3, n}, {3, n}},
+      {"middle", {2, n, 5}, {2, 1, 5}},  {"outer+inner", {3, n, 4}, {1, n, 1}},
       {"bias 3d", {4, 9, n}, {1, 1, n}}, {"big bias", {300, n}, {1, n}},
   };
   for (const SumToCase& sc : cases) {
@@ -391,7 +407,8 @@ TEST_CASE("sum_axis and max_axis match the reference", "[kernels][reduce]") {
   // |error| <= n * eps * max|x|. max_axis is exact, argmax included (first maximum wins).
   const int threads = GENERATE(1, 2);
   const int64_t n = GENERATE(from_range(kSizes.begin() + 1, kSizes.end()));
-  for (auto [outer, inner] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 1}, {3, 7}, {2, 33}, {129, 1}, {1, 100}}) {
+  for (auto [outer, inner] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 1}, {3, 7}, {2, 33}, {129, 1}, {1, 100}}) {
     CAPTURE(outer, n, inner, threads);
     auto x = random_vec(outer * n * inner, -1, 1, 51);
     for (size_t i = 3; i < x.size(); i += 7) x[i] = x[i - 3];  // ties for argmax
@@ -499,7 +516,7 @@ TEST_CASE("softmax on outputs large enough for streaming stores", "[kernels][sof
   const int64_t rows = k::cache_info().l3 / 2 / (cols * 4) + 3;
   CAPTURE(rows, cols, threads);
   auto x = random_vec(rows * cols, -6, 6, 75);
-  for (int64_t c = 0; c < cols; ++c) x[size_t(5 * cols + c)] = -kInfF;  // row 5: all -inf
+  for (int64_t c = 0; c < cols; ++c) x[size_t(5 * cols + c)] = -kInfF;     // row 5: all -inf
   for (int64_t c = 0; c < cols; c += 2) x[size_t(7 * cols + c)] = -kInfF;  // row 7: half -inf
   x[size_t(9 * cols)] = -500.0f;  // row 9: one entry far below the max (clamped exp)
   std::vector<float> want(x.size());
@@ -514,7 +531,8 @@ TEST_CASE("softmax on outputs large enough for streaming stores", "[kernels][sof
   });
 }
 
-TEST_CASE("softmax_backward, log_softmax and log_softmax_backward match the reference", "[kernels][softmax]") {
+TEST_CASE("softmax_backward, log_softmax and log_softmax_backward match the reference",
+          "[kernels][softmax]") {
   // softmax_backward: dot reordered (cols eps * sum|dy y|), one fma: atol (4 + cols/4) eps * max|dy|.
   // log_softmax: y = x - lse, lse within a few eps of |lse|: atol 4 eps * (|x| + |lse|) ~ 64 eps.
   // log_softmax_backward: sum(dy) reordered, exp 2 eps: atol (4 + cols/4) eps * max|dy|.
@@ -565,8 +583,8 @@ TEST_CASE("cross_entropy matches the reference", "[kernels][softmax]") {
   for (int64_t r = 2; r < rows; r += 3) t[size_t(r)] = -100;  // ignored
   std::vector<float> loss_want(static_cast<size_t>(rows)), grad_want(x.size());
   const double gs = 0.25;
-  const int64_t cnt_want = ref::cross_entropy<float>(rows, V, x.data(), t.data(), -100, smoothing, loss_want.data(),
-                                                     grad_want.data(), gs);
+  const int64_t cnt_want = ref::cross_entropy<float>(rows, V, x.data(), t.data(), -100, smoothing,
+                                                     loss_want.data(), grad_want.data(), gs);
   const double dl = (8 + 2 * 17 + double(V) / 8) * kEps;
   const double smooth = smoothing / double(V);
   for_each_isa(threads, [&](const std::string&) {
@@ -574,17 +592,23 @@ TEST_CASE("cross_entropy matches the reference", "[kernels][softmax]") {
     const int64_t cnt = k::cross_entropy<float>(rows, V, x.data(), t.data(), -100, smoothing, loss.data(),
                                                 with_grad ? grad.data() : nullptr, gs);
     CHECK(cnt == cnt_want);
-    check_within(loss, loss_want, [&](size_t i) {
-      return 2 * dl + smoothing * 4 * double(V) * kEps + 4 * kEps * std::abs(double(loss_want[i]));
-    }, "row loss");
+    check_within(
+        loss, loss_want,
+        [&](size_t i) {
+          return 2 * dl + smoothing * 4 * double(V) * kEps + 4 * kEps * std::abs(double(loss_want[i]));
+        },
+        "row loss");
     if (!with_grad) return;
-    check_within(grad, grad_want, [&](size_t i) {
-      const int64_t r = int64_t(i) / V, v = int64_t(i) % V;
-      if (t[size_t(r)] == -100) return 0.0;
-      const double on = v == t[size_t(r)] ? 1 - smoothing : 0.0;
-      const double p = double(grad_want[i]) / gs + smooth + on;
-      return gs * (dl * std::abs(p) + 4 * kEps * (std::abs(p) + smooth + on));
-    }, "grad");
+    check_within(
+        grad, grad_want,
+        [&](size_t i) {
+          const int64_t r = int64_t(i) / V, v = int64_t(i) % V;
+          if (t[size_t(r)] == -100) return 0.0;
+          const double on = v == t[size_t(r)] ? 1 - smoothing : 0.0;
+          const double p = double(grad_want[i]) / gs + smooth + on;
+          return gs * (dl * std::abs(p) + 4 * kEps * (std::abs(p) + smooth + on));
+        },
+        "grad");
   });
 }
 
@@ -618,8 +642,8 @@ TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm
   std::vector<float> y_want(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
   ref::layer_norm<float>(rows, cols, x.data(), g, b, 1e-5, y_want.data(), mean.data(), rstd.data());
   auto dx_want = dx0, dg_want = dg0, db_want = db0;
-  ref::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx_want.data(),
-                                  dg_want.data(), db_want.data());
+  ref::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(),
+                                  dx_want.data(), dg_want.data(), db_want.data());
   const double sum_err = (4 + 2 * std::sqrt(double(cols))) * kEps;
   std::vector<double> row_lim(static_cast<size_t>(rows)), row_absmax(static_cast<size_t>(rows), 0.0);
   for (int64_t i = 0; i < rows * cols; ++i)
@@ -632,30 +656,33 @@ TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm
     row_lim[size_t(r)] = 4 * sum_err * (row_absmax[size_t(r)] * rstd[size_t(r)] + xh) * 1.5;
     max_row = std::max(max_row, row_lim[size_t(r)]);
   }
-  auto elem_limit = [&](const std::vector<float>&) { return [&](size_t i) { return row_lim[size_t(int64_t(i) / cols)]; }; };
+  auto elem_limit = [&](const std::vector<float>&) {
+    return [&](size_t i) { return row_lim[size_t(int64_t(i) / cols)]; };
+  };
   const double col_limit = double(rows) * (max_row + (4 + double(rows) / 4) * kEps * 4);
   for_each_isa(threads, [&](const std::string&) {
     std::vector<float> y(x.size()), m(static_cast<size_t>(rows)), rs(static_cast<size_t>(rows));
     k::layer_norm<float>(rows, cols, x.data(), g, b, 1e-5, y.data(), m.data(), rs.data());
     check_within(y, y_want, elem_limit(y), "y");
     // the mean's error is that of a sum: relative to the row's largest |x|, not to the mean
-    check_within(m, mean, [&](size_t r) { return sum_err * row_absmax[r]; }, "mean");
+    check_within(
+        m, mean, [&](size_t r) { return sum_err * row_absmax[r]; }, "mean");
     check_close(rs, rstd, Tol{0, 4 * sum_err}, "rstd");
     auto dx = dx0, dg = dg0, db = db0;
-    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
-                                  db.data());
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx.data(),
+                                  dg.data(), db.data());
     check_within(dx, dx_want, elem_limit(dx), "dx");
     check_close(dg, dg_want, Tol{col_limit, 0}, "dgamma");
     check_close(db, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta");
     // any subset of the outputs may be skipped
     auto dx2 = dx0, db2 = db0;
-    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx2.data(), nullptr,
-                                  db2.data());
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx2.data(),
+                                  nullptr, db2.data());
     check_within(dx2, dx_want, elem_limit(dx2), "dx (no dgamma)");
     check_close(db2, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta (no dgamma)");
     auto dg3 = dg0;
-    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), nullptr, dg3.data(),
-                                  nullptr);
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), nullptr,
+                                  dg3.data(), nullptr);
     check_close(dg3, dg_want, Tol{col_limit, 0}, "dgamma (no dx)");
   });
 }
@@ -671,7 +698,8 @@ TEST_CASE("layer_norm on outputs large enough for streaming stores", "[kernels][
   auto x = random_vec(rows * cols, -3, 3, 141);
   const auto gamma = random_vec(cols, 0.5f, 1.5f, 142), beta = random_vec(cols, -1, 1, 143);
   std::vector<float> want(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
-  ref::layer_norm<float>(rows, cols, x.data(), gamma.data(), beta.data(), 1e-5, want.data(), mean.data(), rstd.data());
+  ref::layer_norm<float>(rows, cols, x.data(), gamma.data(), beta.data(), 1e-5, want.data(), mean.data(),
+                         rstd.data());
   std::vector<float> buf(x.size() + 16), m(mean.size()), rs(rstd.size());
   float* y = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) % 64) / 4) % 16;  // 64-byte aligned
   for_each_isa(threads, [&](const std::string&) {
@@ -752,7 +780,8 @@ TEST_CASE("reductions give bitwise the same result with 1 and 2 threads", "[kern
       Config cfg(isa, threads);
       auto& o = outs[threads - 1];
       std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
-      k::layer_norm<float>(rows, cols, x.data(), gamma.data(), nullptr, 1e-5, y.data(), mean.data(), rstd.data());
+      k::layer_norm<float>(rows, cols, x.data(), gamma.data(), nullptr, 1e-5, y.data(), mean.data(),
+                           rstd.data());
       std::vector<float> dx(x.size(), 0.0f), dg(size_t(cols), 0.0f), db(size_t(cols), 0.0f);
       k::layer_norm_backward<float>(rows, cols, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
                                     dx.data(), dg.data(), db.data());
@@ -769,11 +798,13 @@ TEST_CASE("reductions give bitwise the same result with 1 and 2 threads", "[kern
       k::sum_axis<float>(1, rows, cols, x.data(), sa.data());
       o[5] = sa;
       std::vector<float> loss(static_cast<size_t>(rows)), grad(x.size());
-      k::cross_entropy<float>(rows, cols, x.data(), t.data(), -1, 0.1, loss.data(), grad.data(), 1.0 / double(rows));
+      k::cross_entropy<float>(rows, cols, x.data(), t.data(), -1, 0.1, loss.data(), grad.data(),
+                              1.0 / double(rows));
       o[6] = loss;
       o[7] = {k::sum_squares<float>(rows * cols, x.data())};
     }
-    const char* names[8] = {"dx", "dgamma", "dbeta", "bias sum", "total sum", "sum_axis", "ce loss", "sum_squares"};
+    const char* names[8] = {"dx",        "dgamma",   "dbeta",   "bias sum",
+                            "total sum", "sum_axis", "ce loss", "sum_squares"};
     for (int i = 0; i < 8; ++i) check_equal(outs[1][i], outs[0][i], names[i]);
   }
 }
