@@ -1,0 +1,201 @@
+// Training-step benchmark: one full step (forward + backward + AdamW update + zero_grad) of the two
+// seq2seq models of the PyTorch comparison (bench/torch_train.py builds the same models there).
+//
+// Rows: train_step/<model>/omp:<threads>, model transformer or attention_gru, threads 1 and 2.
+// Workload, identical in both programs:
+//   batch 64, source length 32, target length 32 (tgt_in = <bos> + 31 tokens, tgt_out = 31 tokens +
+//   <eos>), vocabulary 32, ids drawn once from a fixed seed, no padding; dropout 0 (so no mask work
+//   and both frameworks do the same arithmetic); AdamW(lr 1e-3, weight_decay 0.01); no clipping.
+//   transformer:   d_model 128, 4 heads, 2 encoder + 2 decoder layers, d_ff 512, post-LN, ReLU,
+//                  sinusoidal positions.
+//   attention_gru: GRU cells, 2 layers per side, embedding (d_model) 128, hidden 256, additive
+//                  (Bahdanau) attention, input feeding (decoder input = [embedding; previous
+//                  attentional vector], 128 + 256), combine tanh(W_c [h; ctx]) 512 -> 256.
+// Counters:
+//   tokens/s      target tokens (64 * 32 = 2048 per step) per second over the timed steps (mean).
+//   median_ms     the median step time (robust on a shared machine); tok/s_median from it.
+//   GFLOP/s, MFU  model FLOPs / time, with model FLOPs = 3 x the forward GEMM FLOPs (2*M*N*K each;
+//                 backward does two GEMMs per forward GEMM). Elementwise work is not counted. MFU is
+//                 against 221 GFLOP/s per core (the AVX-512 FMA peak of this machine) x threads.
+//   peak_rss_MiB  VmHWM of this benchmark alone (the high-water mark is reset before its model is
+//                 built); maxrss_MiB is getrusage's ru_maxrss, the whole process so far.
+//   os_allocations_per_step  blocks the caching allocator took from the OS per timed step
+//                 (tapegrad::memory::stats); 0 proves steady-state steps map no fresh memory.
+// Three warm-up steps run before timing (they fill the allocator's free lists).
+// Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` like the other benchmarks.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "tapegrad/autograd.hpp"
+#include "tapegrad/data.hpp"
+#include "tapegrad/memory.hpp"
+#include "tapegrad/models/seq2seq.hpp"
+#include "tapegrad/optim.hpp"
+
+namespace {
+
+using namespace tapegrad;
+
+constexpr int64_t kBatch = 64, kSrcLen = 32, kTgtLen = 32, kVocab = 32;
+constexpr double kPeakPerCore = 221e9;  // FLOP/s
+constexpr int kWarmup = 3;
+
+data::Batch fixed_batch() {
+  Generator gen(2024);
+  std::vector<data::Example> ex(static_cast<size_t>(kBatch));
+  for (auto& e : ex) {
+    for (int64_t i = 0; i < kSrcLen; ++i) e.src.push_back(int32_t(4 + gen.next_u64() % (kVocab - 4)));
+    for (int64_t i = 0; i < kTgtLen - 1; ++i) e.tgt.push_back(int32_t(4 + gen.next_u64() % (kVocab - 4)));
+  }
+  return data::make_batch(ex);  // src [64, 32], tgt_in/tgt_out [64, 32], no <pad>
+}
+
+models::ModelConfig transformer_config() {
+  models::ModelConfig c;
+  c.kind = models::ModelKind::transformer;
+  c.vocab_size = kVocab;
+  c.d_model = 128;
+  c.heads = 4;
+  c.layers = 2;
+  c.d_ff = 512;
+  c.dropout = 0.0;
+  return c;
+}
+
+models::ModelConfig gru_config() {
+  models::ModelConfig c;
+  c.kind = models::ModelKind::attention_rnn;
+  c.vocab_size = kVocab;
+  c.cell = nn::CellKind::gru;
+  c.d_model = 128;
+  c.hidden = 256;
+  c.layers = 2;
+  c.score = nn::AttentionScore::additive;
+  c.dropout = 0.0;
+  return c;
+}
+
+double gemm(double m, double n, double k) { return 2 * m * n * k; }
+
+// Forward GEMM FLOPs of one step (2*M*N*K per GEMM), with R = B*T rows of tokens per side:
+//   transformer, per encoder layer: Q,K,V,O projections 4 * 2*R*d*d; scores Q K^T and weights V
+//     2 * 2*R*S*d (all heads together); feed-forward 2 * 2*R*d*d_ff.
+//   per decoder layer: the same for self-attention and feed-forward, plus cross-attention (Q and O
+//     from the target rows, K and V from the memory rows, scores and weights V over S keys);
+//   output projection 2*R*d*V. Causal masking does not reduce the count (full scores are computed).
+//   attention_gru: per GRU layer input projection 2*R*I*3H and recurrent 2*R*H*3H (I = input width:
+//     E for encoder layer 0, E+H for decoder layer 0 (input feeding), H above); attention key
+//     projection 2*R*H*A (once), query projection 2*R*H*A, scores v^T tanh(.) 2*R*S*A, context
+//     2*R*S*H; combine 2*R*2H*H; output projection 2*R*H*V.
+double forward_flops(const models::ModelConfig& c) {
+  const double B = kBatch, S = kSrcLen, T = kTgtLen, V = double(c.vocab_size);
+  const double Rs = B * S, Rt = B * T;
+  if (c.kind == models::ModelKind::transformer) {
+    const double d = double(c.d_model), f = double(c.d_ff);
+    const double enc = 4 * gemm(Rs, d, d) + 2 * gemm(Rs, S, d) + 2 * gemm(Rs, f, d);
+    const double self = 4 * gemm(Rt, d, d) + 2 * gemm(Rt, T, d);
+    const double cross = 2 * gemm(Rt, d, d) + 2 * gemm(Rs, d, d) + 2 * gemm(Rt, S, d);
+    const double ff = 2 * gemm(Rt, f, d);
+    return double(c.layers) * (enc + self + cross + ff) + gemm(Rt, V, d);
+  }
+  const double E = double(c.d_model), H = double(c.hidden), A = H;
+  double total = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const double in_enc = l == 0 ? E : H, in_dec = l == 0 ? E + H : H;
+    total += gemm(Rs, 3 * H, in_enc) + gemm(Rs, 3 * H, H);
+    total += gemm(Rt, 3 * H, in_dec) + gemm(Rt, 3 * H, H);
+  }
+  total += gemm(Rs, A, H) + gemm(Rt, A, H) + gemm(Rt, S, A) + gemm(Rt, H, S);
+  total += gemm(Rt, H, 2 * H) + gemm(Rt, V, H);
+  return total;
+}
+
+// Resets the kernel's per-process RSS high-water mark (Linux >= 4.0), so VmHWM measures one row.
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (f) f << "5";
+}
+
+double vm_hwm_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0;
+}
+
+double maxrss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
+}
+
+void train_step(benchmark::State& state, models::ModelConfig config, int threads) {
+  kernels::set_num_threads(threads);
+  memory::empty_cache();
+  reset_peak_rss();
+  const data::Batch batch = fixed_batch();
+  std::unique_ptr<models::Seq2Seq> model = models::make_model(config, 1);
+  model->train();
+  optim::Adam opt(model->named_parameters(), 1e-3, 0.9, 0.999, 1e-8, 0.01, /*decoupled=*/true);
+  double loss = 0;
+  auto step = [&] {
+    const Tensor l = model->loss(batch);
+    backward(l);
+    opt.step();
+    opt.zero_grad();
+    loss = l.item();
+  };
+  for (int i = 0; i < kWarmup; ++i) step();
+  const int64_t os_before = memory::stats().os_allocations;
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double steps = double(state.iterations());
+  const int64_t os_after = memory::stats().os_allocations;
+  std::sort(times.begin(), times.end());
+  const double median = times.empty() ? 0 : times[times.size() / 2];
+  const double tokens = double(batch.target_tokens());
+  const double flops = 3 * forward_flops(config);
+  state.counters["tokens/s"] = benchmark::Counter(tokens * steps, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * steps * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["MFU%"] = benchmark::Counter(flops * steps * 100 / (kPeakPerCore * threads), benchmark::Counter::kIsRate);
+  state.counters["median_ms"] = median * 1e3;
+  state.counters["tok/s_median"] = median > 0 ? tokens / median : 0;
+  state.counters["GFLOP_step"] = flops * 1e-9;
+  state.counters["peak_rss_MiB"] = vm_hwm_mib();
+  state.counters["maxrss_MiB"] = maxrss_mib();
+  state.counters["os_allocations_per_step"] = steps > 0 ? double(os_after - os_before) / steps : 0;
+  state.counters["loss"] = loss;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::pair<const char*, models::ModelConfig> models[] = {{"transformer", transformer_config()},
+                                                                 {"attention_gru", gru_config()}};
+  for (const auto& [name, config] : models)
+    for (int threads : {1, 2})
+      benchmark::RegisterBenchmark(("train_step/" + std::string(name) + "/omp:" + std::to_string(threads)).c_str(),
+                                   train_step, config, threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(3.0);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""PyTorch side of the training-step comparison (bench/bench_train.cpp is tapegrad's side).
+
+The same two models, sizes and data as bench_train.cpp: one step = forward + backward + AdamW update +
+zero_grad on a fixed batch of 64 random (source, target) pairs of length 32 over a vocabulary of 32,
+no padding, dropout 0, no clipping.
+  transformer:   d_model 128, 4 heads, 2 encoder + 2 decoder layers (nn.TransformerEncoderLayer /
+                 DecoderLayer, post-LN, ReLU, d_ff 512, no final norms: like tapegrad's post-LN model),
+                 embeddings * sqrt(d_model) + sinusoidal positions, output Linear to the vocabulary.
+  attention_gru: embeddings 128, a 2-layer nn.GRU encoder (hidden 256), a decoder of two nn.GRUCell
+                 stepped over time with input feeding ([embedding; previous attentional vector]),
+                 additive attention v^T tanh(W_q h + W_k enc), combine tanh(W_c [h; ctx]), output Linear.
+Each (model, threads) runs in its own child process, so its peak RSS (ru_maxrss) is its own; each
+reports the median of 30 timed steps after 5 warm-up steps, at torch.set_num_threads(1) and (2).
+
+Use Debian's PyTorch (python3-torch, 1.13) through /usr/bin/python3, and the OpenMP build of OpenBLAS
+(libopenblas0-openmp): the default pthreads build fights torch's OpenMP threads at 2 threads. The
+children are started with that library first on LD_LIBRARY_PATH and without OPENBLAS_CORETYPE /
+OPENBLAS_L2_SIZE (which force a slower kernel); the same command by hand:
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+      LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/torch_train.py
+Options: --steps N (timed steps, default 30), --models transformer,attention_gru, --threads 1,2, --json.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+B, S, T, V = 64, 32, 32, 32
+BOS = 1
+
+
+def build(name, torch, nn):
+    F = nn.functional
+
+    class Transformer(nn.Module):
+        def __init__(self, d=128, heads=4, layers=2, ff=512):
+            super().__init__()
+            self.d = d
+            self.src_embed = nn.Embedding(V, d)
+            self.tgt_embed = nn.Embedding(V, d)
+            pos = torch.arange(512, dtype=torch.float32).unsqueeze(1)
+            div = torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float32) / d)
+            pe = torch.zeros(512, d)
+            pe[:, 0::2] = torch.sin(pos / div)
+            pe[:, 1::2] = torch.cos(pos / div)
+            self.register_buffer("pe", pe)
+            enc = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+            dec = nn.TransformerDecoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(enc, layers, enable_nested_tensor=False)
+            self.decoder = nn.TransformerDecoder(dec, layers)
+            self.out = nn.Linear(d, V)
+            self.register_buffer("causal", torch.triu(torch.full((T, T), float("-inf")), diagonal=1))
+
+        def forward(self, src, tgt_in):
+            scale = math.sqrt(self.d)
+            s = self.src_embed(src) * scale + self.pe[: src.shape[1]]
+            t = self.tgt_embed(tgt_in) * scale + self.pe[: tgt_in.shape[1]]
+            memory = self.encoder(s)
+            return self.out(self.decoder(t, memory, tgt_mask=self.causal))
+
+    class AttentionGRU(nn.Module):
+        def __init__(self, E=128, H=256, layers=2):
+            super().__init__()
+            self.H = H
+            self.src_embed = nn.Embedding(V, E)
+            self.tgt_embed = nn.Embedding(V, E)
+            self.encoder = nn.GRU(E, H, layers, batch_first=True)
+            self.cells = nn.ModuleList([nn.GRUCell(E + H if l == 0 else H, H) for l in range(layers)])
+            self.query_proj = nn.Linear(H, H, bias=False)
+            self.key_proj = nn.Linear(H, H)
+            self.v = nn.Parameter(torch.empty(H).uniform_(-1 / math.sqrt(H), 1 / math.sqrt(H)))
+            self.combine = nn.Linear(2 * H, H, bias=False)
+            self.out = nn.Linear(H, V)
+
+        def forward(self, src, tgt_in):
+            enc, h_n = self.encoder(self.src_embed(src))  # [B, S, H], [layers, B, H]
+            keys = self.key_proj(enc)                      # [B, S, H]
+            emb = self.tgt_embed(tgt_in)                   # [B, T, E]
+            states = list(h_n.unbind(0))
+            feed = torch.zeros(src.shape[0], self.H)
+            outs = []
+            for t in range(tgt_in.shape[1]):
+                x = torch.cat([emb[:, t], feed], 1)
+                for l, cell in enumerate(self.cells):
+                    states[l] = cell(x, states[l])
+                    x = states[l]
+                scores = torch.tanh(keys + self.query_proj(x).unsqueeze(1)) @ self.v  # [B, S]
+                w = F.softmax(scores, -1)
+                ctx = torch.bmm(w.unsqueeze(1), enc).squeeze(1)                         # [B, H]
+                feed = torch.tanh(self.combine(torch.cat([x, ctx], 1)))
+                outs.append(feed)
+            return self.out(torch.stack(outs, 1))
+
+    return Transformer() if name == "transformer" else AttentionGRU()
+
+
+def run_one(name, threads, steps, warmup):
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2024)
+    src = torch.randint(4, V, (B, S), generator=g)
+    tgt = torch.randint(4, V, (B, T - 1), generator=g)
+    tgt_in = torch.cat([torch.full((B, 1), BOS), tgt], 1)
+    tgt_out = torch.cat([tgt, torch.full((B, 1), 2)], 1)  # + <eos>
+    model = build(name, torch, nn)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+    def step():
+        logits = model(src, tgt_in)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=0)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in line and ".so" in line})
+    return {
+        "model": name,
+        "threads": threads,
+        "median_ms": statistics.median(times) * 1e3,
+        "min_ms": min(times) * 1e3,
+        "tokens_per_s": B * T / statistics.median(times),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "torch": torch.__version__,
+        "blas": blas,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="transformer,attention_gru")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of a table")
+    ap.add_argument("--child", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(run_one(a.child[0], int(a.child[1]), a.steps, a.warmup)))
+        return
+    env = dict(os.environ)
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"):
+        env.pop(k, None)
+    if os.path.isdir(OPENBLAS_OPENMP):
+        paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != OPENBLAS_OPENMP]
+        env["LD_LIBRARY_PATH"] = ":".join([OPENBLAS_OPENMP] + paths)
+    else:
+        print(f"warning: {OPENBLAS_OPENMP} missing (apt-get install libopenblas0-openmp); "
+              "2-thread figures will suffer from OpenBLAS pthreads vs OpenMP", file=sys.stderr)
+    rows = []
+    for name in a.models.split(","):
+        for threads in (int(t) for t in a.threads.split(",")):
+            out = subprocess.run([sys.executable, __file__, "--child", name, str(threads), "--steps", str(a.steps),
+                                  "--warmup", str(a.warmup)], env=env, check=True, capture_output=True, text=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            if a.json:
+                print(json.dumps(rows[-1]), flush=True)
+    if a.json:
+        return
+    print(f"PyTorch {rows[0]['torch']}, BLAS {', '.join(rows[0]['blas'])}; median of {a.steps} steps "
+          f"after {a.warmup} warm-up; {B * T} target tokens per step")
+    print(f"{'model':<15}{'threads':>8}{'ms/step':>10}{'min ms':>9}{'tokens/s':>11}{'peak RSS MiB':>14}")
+    for r in rows:
+        print(f"{r['model']:<15}{r['threads']:>8}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}"
+              f"{r['tokens_per_s']:>11.0f}{r['peak_rss_mib']:>14.0f}")
+
+
+if __name__ == "__main__":
+    main()
