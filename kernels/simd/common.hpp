@@ -70,18 +70,21 @@ inline Range split(int64_t n, int t, int nt) {
   return {b, b + q + (t < r ? 1 : 0)};
 }
 
-// Runs body(begin, end) over [0, n) split statically across `nt` threads (inline when nt == 1).
-// Every index is handled by exactly one call, so per-item results cannot depend on nt.
+// Runs body(begin, end) over [0, n) on `nt` threads (inline when nt == 1). The range is cut into
+// 4 contiguous chunks per thread, handed out dynamically: on a shared machine a thread that loses
+// its core for a time slice leaves its remaining chunks to the others instead of holding up the
+// join. Every index is handled by exactly one call, so per-item results cannot depend on nt.
 template <class F>
 void parallel_ranges(int64_t n, int nt, F&& body) {
   if (nt <= 1) {
     if (n > 0) body(int64_t(0), n);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    const Range r = split(n, omp_get_thread_num(), omp_get_num_threads());
-    if (r.end > r.begin) body(r.begin, r.end);
+  const int chunks = int(std::min<int64_t>(n, int64_t(nt) * 4));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const Range r = split(n, c, chunks);
+    body(r.begin, r.end);
   }
 }
 
