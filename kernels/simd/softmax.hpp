@@ -215,7 +215,7 @@ void softmax_row(const float* x, const float* mask, float scale, bool plain, int
 // on 256-column rows that latency was as long as the arithmetic. Loads come before the stores at
 // the same offset (4K aliasing: buffers a multiple of 4 KiB apart).
 template <class Arch, bool Clamp, bool HasPrev, bool Stream>
-float pipelined_step(int64_t n, const float* xe, float max_e, float* e, const float* xn, MaxMin& next,
+TG_INLINE float pipelined_step(int64_t n, const float* xe, float max_e, float* e, const float* xn, MaxMin& next,
                      const float* sp, float kp, float* yp) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
