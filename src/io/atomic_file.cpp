@@ -20,14 +20,23 @@
 namespace tapegrad::io {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 // Unique per process and per call, so two threads saving the same path do not share a temporary.
 std::string temp_name_for(const std::filesystem::path& dest) {
   static std::atomic<uint64_t> counter{0};
   const uint64_t n = counter.fetch_add(1);
-  std::string name = "." + dest.filename().string() + ".tmp-" + std::to_string(::getpid());
-  if (n) name += "-" + std::to_string(n);
+  // Appended piecewise: GCC 12 gives a false -Wrestrict on "literal" + std::string temporaries.
+  std::string name = ".";
+  name += dest.filename().string();
+  name += ".tmp-";
+  name += std::to_string(::getpid());
+  if (n) {
+    name += '-';
+    name += std::to_string(n);
+  }
   return (dest.parent_path() / name).string();
 }
 

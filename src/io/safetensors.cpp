@@ -26,7 +26,8 @@ namespace tapegrad::io {
 namespace {
 
 // Tensor storage is written and read as host memory; the format is little-endian.
-static_assert(std::endian::native == std::endian::little, "tapegrad's safetensors io assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "tapegrad's safetensors io assumes a little-endian host");
 
 // Ordered so that tensors come back in header order and the writer controls key order.
 using Json = nlohmann::ordered_json;
@@ -39,10 +40,14 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 constexpr int kMaxJsonDepth = 8;
 constexpr uint64_t kLengthFieldBytes = 8;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) { throw IoError(path + ": " + what); }
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw IoError(path + ": " + what);
+}
 
 // A string as JSON would print it (quotes, escapes); never throws, even on invalid UTF-8.
-std::string quoted(const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string quoted(const std::string& s) {
+  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 bool is_valid_utf8(const std::string& s) {
   try {
@@ -55,18 +60,21 @@ bool is_valid_utf8(const std::string& s) {
 
 const char* safetensors_dtype(DType d) {
   switch (d) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::i32: return "I32";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
   }
   return "?";
 }
 
 // Every dtype the format defines that tapegrad has no Tensor type for; named in the error so that a
 // user knows the file is fine but needs converting.
-constexpr const char* kForeignDtypes[] = {"BOOL", "U8",    "I8",      "I16",     "U16",     "F16",
-                                          "BF16", "U32",   "I64",     "U64",     "F8_E5M2", "F8_E4M3",
-                                          "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+constexpr const char* kForeignDtypes[] = {"BOOL",    "U8",  "I8",      "I16",     "U16",     "F16",
+                                          "BF16",    "U32", "I64",     "U64",     "F8_E5M2", "F8_E4M3",
+                                          "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 struct Entry {
   std::string name;
@@ -114,9 +122,10 @@ DType parse_dtype(const std::string& path, const std::string& tensor, const Json
     if (s == safetensors_dtype(d)) return d;
   for (const char* f : kForeignDtypes)
     if (s == f)
-      fail(path, tensor + ": dtype " + quoted(s) +
-                     " is valid safetensors but not supported by tapegrad (supported: F32, F64, I32); convert the "
-                     "tensor before loading");
+      fail(path,
+           tensor + ": dtype " + quoted(s) +
+               " is valid safetensors but not supported by tapegrad (supported: F32, F64, I32); convert the "
+               "tensor before loading");
   fail(path, tensor + ": unknown dtype " + quoted(s) + "; expected one of F32, F64, I32");
 }
 
@@ -133,13 +142,16 @@ Json parse_json(const std::string& path, std::string_view text) {
                          " levels; a safetensors header needs 3");
         if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
         break;
-      case Json::parse_event_t::object_end: open_objects.pop_back(); break;
+      case Json::parse_event_t::object_end:
+        open_objects.pop_back();
+        break;
       case Json::parse_event_t::key:
         if (!open_objects.back().insert(value.get<std::string>()).second)
           fail(path, "header JSON has the key " + value.dump() + " twice in one object" +
                          (open_objects.size() == 1 ? " (a tensor listed twice)" : ""));
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -151,8 +163,8 @@ Json parse_json(const std::string& path, std::string_view text) {
     std::string what = e.what();
     if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
       what = what.substr(p + 2);
-    fail(path, "header is not valid JSON at file byte " + std::to_string(kLengthFieldBytes + at) + " (header byte " +
-                   std::to_string(at) + "): " + what);
+    fail(path, "header is not valid JSON at file byte " + std::to_string(kLengthFieldBytes + at) +
+                   " (header byte " + std::to_string(at) + "): " + what);
   }
 }
 
@@ -213,7 +225,8 @@ Header parse_header(const std::string& path, std::string_view text, uint64_t dat
     if (!has_zero) {
       nbytes = uint64_t(dtype_size(e.dtype));
       for (int64_t d : dims)
-        if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) || nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
+        if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) ||
+            nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
           fail(path, tensor + ": shape " + shape.dump() + " of " + safetensors_dtype(e.dtype) +
                          " overflows: its byte size does not fit in 63 bits");
     }
@@ -229,8 +242,9 @@ Header parse_header(const std::string& path, std::string_view text, uint64_t dat
                      "] has begin > end");
     if (e.end > data_size)
       fail(path, tensor + ": data_offsets " + pos.data_range(e.begin, e.end) +
-                     " run beyond the data section, which is " + std::to_string(data_size) + " bytes (file bytes " +
-                     std::to_string(data_start) + ".." + std::to_string(data_start + data_size) + ")");
+                     " run beyond the data section, which is " + std::to_string(data_size) +
+                     " bytes (file bytes " + std::to_string(data_start) + ".." +
+                     std::to_string(data_start + data_size) + ")");
     if (e.end - e.begin != nbytes)
       fail(path, tensor + ": data_offsets " + pos.data_range(e.begin, e.end) + " hold " +
                      std::to_string(e.end - e.begin) + " bytes; shape " + shape.dump() + " of " +
@@ -242,14 +256,16 @@ Header parse_header(const std::string& path, std::string_view text, uint64_t dat
   // tensor may sit at a boundary but not inside another tensor's bytes (as the reference reader).
   std::vector<const Entry*> by_offset;
   for (const Entry& e : h.entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Entry* a, const Entry* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
   uint64_t cursor = 0;
   const Entry* prev = nullptr;
   for (const Entry* e : by_offset) {
     if (e->begin < cursor)
-      fail(path, "tensor " + quoted(e->name) + " at " + pos.data_range(e->begin, e->end) + " overlaps tensor " +
-                     quoted(prev->name) + " at " + pos.data_range(prev->begin, prev->end));
+      fail(path, "tensor " + quoted(e->name) + " at " + pos.data_range(e->begin, e->end) +
+                     " overlaps tensor " + quoted(prev->name) + " at " +
+                     pos.data_range(prev->begin, prev->end));
     if (e->begin > cursor)
       fail(path, "data section bytes " + pos.data_range(cursor, e->begin) +
                      " belong to no tensor (a hole before tensor " + quoted(e->name) + ")");
@@ -271,7 +287,8 @@ struct FileCloser {
 };
 
 // Reads exactly n bytes at the current position, or says where the file ended.
-void read_exact(const std::string& path, std::FILE* f, char* out, uint64_t n, uint64_t at, const std::string& what) {
+void read_exact(const std::string& path, std::FILE* f, char* out, uint64_t n, uint64_t at,
+                const std::string& what) {
   if (n == 0) return;
   const size_t got = std::fread(out, 1, size_t(n), f);
   if (got != n) {
@@ -315,7 +332,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t(0));
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].first < tensors[b].first; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].first < tensors[b].first; });
   for (size_t i = 1; i < order.size(); ++i)
     if (tensors[order[i]].first == tensors[order[i - 1]].first)
       fail(path, "duplicate tensor name " + quoted(tensors[order[i]].first) + " (tensors #" +
@@ -341,7 +359,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   char length_field[kLengthFieldBytes];
-  for (size_t i = 0; i < kLengthFieldBytes; ++i) length_field[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  for (size_t i = 0; i < kLengthFieldBytes; ++i)
+    length_field[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
 
   std::vector<std::string_view> chunks{std::string_view(length_field, kLengthFieldBytes), text};
   for (const Tensor& t : bodies)
@@ -353,7 +372,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (::fstat(::fileno(file.get()), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(::fileno(file.get()), &st) != 0)
+    fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   const uint64_t size = uint64_t(st.st_size);
 
@@ -368,8 +388,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
     fail(path, "header length " + std::to_string(n) +
                    " (file bytes 0..8) exceeds the 100 MiB limit; the file is corrupt or not safetensors");
   if (n > size - kLengthFieldBytes)
-    fail(path, "header length " + std::to_string(n) + " (file bytes 0..8) runs past the end of the file, which is " +
-                   std::to_string(size) + " bytes (at most " + std::to_string(size - kLengthFieldBytes) +
+    fail(path, "header length " + std::to_string(n) +
+                   " (file bytes 0..8) runs past the end of the file, which is " + std::to_string(size) +
+                   " bytes (at most " + std::to_string(size - kLengthFieldBytes) +
                    " available after the length field)");
 
   std::string text(size_t(n), '\0');

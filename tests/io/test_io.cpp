@@ -92,7 +92,8 @@ std::string entry(const std::string& dtype, const std::string& shape, uint64_t b
 // The tensor's values as bytes in logical order.
 std::string tensor_bytes(const Tensor& t) {
   const Tensor c = t.clone();
-  const auto* p = static_cast<const char*>(c.impl()->storage->data) + c.impl()->offset * tapegrad::dtype_size(c.dtype());
+  const auto* p =
+      static_cast<const char*>(c.impl()->storage->data) + c.impl()->offset * tapegrad::dtype_size(c.dtype());
   return std::string(p, size_t(c.numel() * tapegrad::dtype_size(c.dtype())));
 }
 
@@ -154,8 +155,10 @@ TEST_CASE("safetensors: round trip is bit-exact for every dtype, 0-dim, zero-siz
       {"z.max_rank", random_bits({1, 2, 1, 2, 1, 2, 1, 2}, DType::f32, gen)},
   };
   REQUIRE_FALSE(tensors[8].second.is_contiguous());
-  const std::map<std::string, std::string> metadata = {
-      {"config", R"({"d_model": 32, "layers": [1, 2]})"}, {"step", "1200"}, {"empty", ""}, {"unicode", "h\u00e9llo \u2713"}};
+  const std::map<std::string, std::string> metadata = {{"config", R"({"d_model": 32, "layers": [1, 2]})"},
+                                                       {"step", "1200"},
+                                                       {"empty", ""},
+                                                       {"unicode", "h\u00e9llo \u2713"}};
   const std::string path = dir.file("model.safetensors");
   io::save_safetensors(path, tensors, metadata);
 
@@ -217,10 +220,11 @@ TEST_CASE("safetensors: the layout on disk, checked byte by byte without our rea
 
   // Little-endian IEEE-754 / two's complement, written out by hand.
   const std::string data = bytes.substr(8 + n);
-  const std::string want("\x00\x00\xc0\x3f"   // 1.5f
-                         "\x00\x00\x00\xc0"   // -2.0f
-                         "\x07\x00\x00\x00",  // 7
-                         12);
+  const std::string want(
+      "\x00\x00\xc0\x3f"   // 1.5f
+      "\x00\x00\x00\xc0"   // -2.0f
+      "\x07\x00\x00\x00",  // 7
+      12);
   CHECK(data == want);
 
   // Optionally, an outside reader: Python's struct and json (skipped when python3 is absent). The
@@ -275,46 +279,65 @@ TEST_CASE("safetensors: each validation rule refuses with the path and what is w
       {"invalid UTF-8", raw_file("{\"\xff\": 1}"), {"not valid JSON"}},
       {"header not an object", raw_file("[1,2]"), {"header: expected a JSON object", "array [1,2]"}},
       {"entry not an object", raw_file("{\"w\": 3}"), {"tensor \"w\": expected an object", "integer 3"}},
-      {"missing dtype", raw_file(R"({"w":{"shape":[4],"data_offsets":[0,16]}})", std::string(16, 'x')),
+      {"missing dtype",
+       raw_file(R"({"w":{"shape":[4],"data_offsets":[0,16]}})", std::string(16, 'x')),
        {"tensor \"w\": missing \"dtype\""}},
-      {"missing shape", raw_file(R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", std::string(16, 'x')),
+      {"missing shape",
+       raw_file(R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", std::string(16, 'x')),
        {"tensor \"w\": missing \"shape\""}},
-      {"missing data_offsets", raw_file(R"({"w":{"dtype":"F32","shape":[4]}})", std::string(16, 'x')),
+      {"missing data_offsets",
+       raw_file(R"({"w":{"dtype":"F32","shape":[4]}})", std::string(16, 'x')),
        {"tensor \"w\": missing \"data_offsets\""}},
-      {"unexpected key", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"extra":1}})"),
+      {"unexpected key",
+       raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"extra":1}})"),
        {"tensor \"w\": unexpected key \"extra\""}},
-      {"dtype not a string", raw_file(R"({"w":{"dtype":4,"shape":[4],"data_offsets":[0,16]}})"),
+      {"dtype not a string",
+       raw_file(R"({"w":{"dtype":4,"shape":[4],"data_offsets":[0,16]}})"),
        {"tensor \"w\": \"dtype\": expected a string", "integer 4"}},
-      {"unknown dtype", raw_file("{\"w\":" + entry("F17", "[4]", 0, 16) + "}", std::string(16, 'x')),
+      {"unknown dtype",
+       raw_file("{\"w\":" + entry("F17", "[4]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\"", "unknown dtype \"F17\"", "F32, F64, I32"}},
-      {"unsupported dtype", raw_file("{\"w\":" + entry("BF16", "[4]", 0, 8) + "}", std::string(8, 'x')),
+      {"unsupported dtype",
+       raw_file("{\"w\":" + entry("BF16", "[4]", 0, 8) + "}", std::string(8, 'x')),
        {"tensor \"w\"", "\"BF16\"", "not supported"}},
-      {"shape not an array", raw_file("{\"w\":" + entry("F32", "4", 0, 16) + "}", std::string(16, 'x')),
+      {"shape not an array",
+       raw_file("{\"w\":" + entry("F32", "4", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\": \"shape\": expected an array", "integer 4"}},
-      {"negative dimension", raw_file("{\"w\":" + entry("F32", "[2,-3]", 0, 16) + "}", std::string(16, 'x')),
+      {"negative dimension",
+       raw_file("{\"w\":" + entry("F32", "[2,-3]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\": shape[1] is -3", "non-negative"}},
-      {"fractional dimension", raw_file("{\"w\":" + entry("F32", "[2.5]", 0, 16) + "}", std::string(16, 'x')),
+      {"fractional dimension",
+       raw_file("{\"w\":" + entry("F32", "[2.5]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\": shape[0]", "number 2.5"}},
-      {"string dimension", raw_file("{\"w\":" + entry("F32", "[\"4\"]", 0, 16) + "}", std::string(16, 'x')),
+      {"string dimension",
+       raw_file("{\"w\":" + entry("F32", "[\"4\"]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\": shape[0]", "string \"4\""}},
-      {"too many dimensions", raw_file("{\"w\":" + entry("F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) + "}", "abcd"),
+      {"too many dimensions",
+       raw_file("{\"w\":" + entry("F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) + "}", "abcd"),
        {"tensor \"w\"", "9 dimensions", "at most 8"}},
-      {"dimension beyond int64", raw_file("{\"w\":" + entry("F32", "[18446744073709551615]", 0, 4) + "}", "abcd"),
+      {"dimension beyond int64",
+       raw_file("{\"w\":" + entry("F32", "[18446744073709551615]", 0, 4) + "}", "abcd"),
        {"tensor \"w\": shape[0]", "too large"}},
       {"shape product overflows",
        raw_file("{\"w\":" + entry("F32", "[4611686018427387904,4]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\"", "overflows"}},
-      {"offsets not a pair", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0]}})"),
+      {"offsets not a pair",
+       raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0]}})"),
        {"tensor \"w\": \"data_offsets\": expected [begin, end]", "array [0]"}},
-      {"offsets not integers", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":["0",16]}})"),
+      {"offsets not integers",
+       raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":["0",16]}})"),
        {"tensor \"w\": data_offsets[0]", "string \"0\""}},
-      {"negative offset", raw_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,-4]}})"),
+      {"negative offset",
+       raw_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,-4]}})"),
        {"tensor \"w\": data_offsets[1] is -4"}},
-      {"begin after end", raw_file("{\"w\":" + entry("F32", "[1]", 8, 4) + "}", std::string(8, 'x')),
+      {"begin after end",
+       raw_file("{\"w\":" + entry("F32", "[1]", 8, 4) + "}", std::string(8, 'x')),
        {"tensor \"w\"", "[8,4]", "begin > end"}},
-      {"end beyond the data section", raw_file("{\"w\":" + F4x4 + "}", std::string(8, 'x')),
+      {"end beyond the data section",
+       raw_file("{\"w\":" + F4x4 + "}", std::string(8, 'x')),
        {"tensor \"w\"", "[0,16)", "beyond the data section, which is 8 bytes", "file bytes"}},
-      {"size does not match the shape", raw_file("{\"w\":" + entry("F32", "[3]", 0, 16) + "}", std::string(16, 'x')),
+      {"size does not match the shape",
+       raw_file("{\"w\":" + entry("F32", "[3]", 0, 16) + "}", std::string(16, 'x')),
        {"tensor \"w\"", "hold 16 bytes", "needs 12"}},
       {"overlapping tensors",
        raw_file("{\"a\":" + F4x4 + ",\"b\":" + entry("F32", "[4]", 8, 24) + "}", std::string(24, 'x')),
@@ -326,16 +349,22 @@ TEST_CASE("safetensors: each validation rule refuses with the path and what is w
        raw_file("{\"a\":" + entry("F32", "[2]", 0, 8) + ",\"b\":" + entry("F32", "[2]", 16, 24) + "}",
                 std::string(24, 'x')),
        {"belong to no tensor", "[8,16)", "tensor \"b\""}},
-      {"bytes left over", raw_file("{\"a\":" + entry("F32", "[2]", 0, 8) + "}", std::string(12, 'x')),
+      {"bytes left over",
+       raw_file("{\"a\":" + entry("F32", "[2]", 0, 8) + "}", std::string(12, 'x')),
        {"4 bytes left over", "[8,12)"}},
       {"data but no tensors", raw_file("{}", "abcd"), {"4 bytes left over"}},
-      {"metadata not an object", raw_file(R"({"__metadata__":[1]})"),
+      {"metadata not an object",
+       raw_file(R"({"__metadata__":[1]})"),
        {"\"__metadata__\": expected an object", "array [1]"}},
-      {"metadata value not a string", raw_file(R"({"__metadata__":{"step":3}})"),
+      {"metadata value not a string",
+       raw_file(R"({"__metadata__":{"step":3}})"),
        {"\"__metadata__\" value for key \"step\"", "expected a string", "integer 3"}},
-      {"tensor listed twice", raw_file("{\"a\":" + F4x4 + ",\"a\":" + F4x4 + "}", std::string(16, 'x')),
+      {"tensor listed twice",
+       raw_file("{\"a\":" + F4x4 + ",\"a\":" + F4x4 + "}", std::string(16, 'x')),
        {"\"a\" twice", "tensor listed twice"}},
-      {"deeply nested", raw_file("{\"a\":" + std::string(50, '[') + std::string(50, ']') + "}"), {"nested deeper"}},
+      {"deeply nested",
+       raw_file("{\"a\":" + std::string(50, '[') + std::string(50, ']') + "}"),
+       {"nested deeper"}},
       {"empty tensor name", raw_file("{\"\":" + F4x4 + "}", std::string(16, 'x')), {"empty name"}},
   };
   for (const Case& c : cases) {
@@ -367,8 +396,8 @@ TEST_CASE("safetensors: each validation rule refuses with the path and what is w
     for (float v : {1.0f, 2.0f}) data.append(reinterpret_cast<const char*>(&v), 4);
     int32_t id = -5;
     data.append(reinterpret_cast<const char*>(&id), 4);
-    write_bytes(path, raw_file(" {\"z\":" + entry("F32", "[2]", 0, 8) + ",\"__metadata__\":{},\"a\":" +
-                                   entry("I32", "[1,1]", 8, 12) + "}",
+    write_bytes(path, raw_file(" {\"z\":" + entry("F32", "[2]", 0, 8) +
+                                   ",\"__metadata__\":{},\"a\":" + entry("I32", "[1,1]", 8, 12) + "}",
                                data));
     const auto f = io::load_safetensors(path);
     REQUIRE(f.tensors.size() == 2);
@@ -395,7 +424,8 @@ TEST_CASE("safetensors: every truncation of a file is refused", "[io]") {
   }
 }
 
-TEST_CASE("safetensors: seeded random header mutations give an IoError or a valid file, never a crash", "[io]") {
+TEST_CASE("safetensors: seeded random header mutations give an IoError or a valid file, never a crash",
+          "[io]") {
   TempDir dir;
   const std::string good = dir.file("good.safetensors");
   io::save_safetensors(good, small_set(), {{"step", "9"}});
@@ -432,8 +462,10 @@ TEST_CASE("safetensors: seeded random header mutations give an IoError or a vali
       out = bytes;
       for (size_t m = 1 + pick(3); m > 0; --m) {
         const size_t at = pick(8 + n);
-        if (pick(2)) out[at] = char(uint8_t(out[at]) ^ (1u << pick(8)));
-        else out[at] = char(gen.next_u64());
+        if (pick(2))
+          out[at] = char(uint8_t(out[at]) ^ (1u << pick(8)));
+        else
+          out[at] = char(gen.next_u64());
       }
     } else {
       // Mutations of the JSON text with the length field kept consistent, so parsing goes deeper:
@@ -443,9 +475,15 @@ TEST_CASE("safetensors: seeded random header mutations give an IoError or a vali
         const size_t at = pick(h.size());
         const char c = interesting[pick(interesting.size())];
         switch (pick(3)) {
-          case 0: h[at] = c; break;
-          case 1: h.insert(h.begin() + std::ptrdiff_t(at), c); break;
-          default: h.erase(at, 1); break;
+          case 0:
+            h[at] = c;
+            break;
+          case 1:
+            h.insert(h.begin() + std::ptrdiff_t(at), c);
+            break;
+          default:
+            h.erase(at, 1);
+            break;
         }
       }
       out = le64(h.size()) + h + data;
