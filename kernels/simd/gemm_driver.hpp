@@ -204,10 +204,10 @@ struct GemmDriver {
               const T* bp = packed ? b_buf + (jp - last_full) * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
-              if (rows == MR && cols == NR)
-                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, cols);
+              if (cols == NR)
+                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
               else
-                edge.fn[rows - 1][(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, cols);
+                edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
             };
             if (pr.pack_a()) {
               // Each B panel is used by the chunk's rows back to back (from L2 after the first).
@@ -288,14 +288,14 @@ struct GemmDriver {
         const int cols = int(std::min<int64_t>(NR, pr.N - j));
         T* c = pr.c + i * pr.ldc + j;
         const T* bp = pr.b + j;
-        if (rows == MR && cols == NR) {
+        if (cols == NR) {
           if (ak)
-            micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+            micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
           else
-            micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+            micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
         } else {
-          const auto fn = ak ? kernels<true>().fn[rows - 1][cols / W - 1] : kernels<false>().fn[rows - 1][cols / W - 1];
-          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, cols);
+          const auto fn = ak ? kernels<true>().fn[cols / W - 1] : kernels<false>().fn[cols / W - 1];
+          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
         }
       }
     }

@@ -1,28 +1,35 @@
-// GEMM micro-kernel: one register tile of C from MRE rows of A and one packed B micro-panel,
-// written once with xsimd batches and compiled per instruction set.
+// GEMM micro-kernel: one register tile of C from MR rows of A and one B micro-panel, written once
+// with xsimd batches and compiled per instruction set.
 //
 // Contract (everything the tile loop in gemm_driver.hpp may rely on):
-//   - a: MRE rows of op(A). With AK = false row-major with row stride lda: a[i*lda + k] =
+//   - a: `rows` (1..MR) rows of op(A). With AK = false row-major with row stride lda: a[i*lda + k] =
 //     op(A)(i0 + i, k0 + k); this is A itself when A is not transposed (no packing), or the team's
 //     transposed copy when it is. With AK = true column-major, a[k*lda + i]: transposed A read in
 //     place, for problems small enough that its rows (one cache line per k) stay in cache.
-//     Only rows i < MRE are read.
+//     Only rows i < rows are read: a short tile computes copies of its last row in the spare
+//     registers and never stores them.
 //   - b: B micro-panel, k-major with row stride ldb: b[k*ldb + j] = op(B)(k0 + k, j0 + j). Either
 //     packed (ldb = NR, 64-byte aligned, zero-filled past the matrix edge) or, for small problems,
 //     B itself when it is stored row-major; the kernel reads vectors j < NVE*W, so a B panel that
 //     is cut by the matrix edge must be packed.
-//   - c: the MRE x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
+//   - c: the rows x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
 //     When beta == 0, C is never read (NaN or Inf in C do not propagate).
-//   - Full tiles (n_valid == NVE*W) are stored straight from registers; a ragged right edge goes
-//     through a small stack tile so that nothing outside the MRE x n_valid window is touched.
+//   - Full tiles (rows == MR, n_valid == NVE*W) are stored straight from registers; a short or
+//     ragged tile goes through a small stack tile so nothing outside rows x n_valid is touched.
 //   - kc >= 1 (the driver handles K == 0 itself).
-// Per k the kernel loads NVE vectors of B and broadcasts MRE scalars of A into MRE*NVE independent
+// Per k the kernel loads NVE vectors of B and broadcasts MR scalars of A into MR*NVE independent
 // FMAs: 24 for the AVX-512 6 x 64 tile, enough to keep two 512-bit FMA pipes busy at 4 cycles of
-// latency, with 10 loads per 24 FMAs. MRE and NVE are template parameters so that edge tiles (fewer
-// rows, fewer vectors) get their own fully unrolled instance instead of a padded full tile.
+// latency, with 10 loads per 24 FMAs. NVE is a template parameter, so a narrow right edge gets its
+// own instance; a short bottom edge (one row of tiles per matrix) computes a full tile instead,
+// which keeps the instances few (compile time, instruction cache).
+// Not instrumented by AddressSanitizer: with it GCC 12 took 67 s to compile one instance (the
+// shadow checks on 28 loads per k, with 24 accumulators live, defeat the register allocator), an
+// hour for the set. Its accesses are bounded by the contract above, which the driver upholds and
+// tests/kernels/test_gemm.cpp checks (including that C past the tile is never written).
 // Not here: blocking, packing and threads (gemm_driver.hpp, gemm_pack.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <xsimd/xsimd.hpp>
@@ -30,14 +37,15 @@
 namespace tapegrad::kernels::simd::gemm_detail {
 
 template <class Arch, class T, int MRE, int NVE, bool AK = false>
-__attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b,
-                                            int64_t ldb, T* __restrict c, int64_t ldc, T alpha, T beta, int n_valid) {
+__attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, const T* __restrict a, int64_t lda,
+                                                                 const T* __restrict b, int64_t ldb, T* __restrict c,
+                                                                 int64_t ldc, T alpha, T beta, int rows, int n_valid) {
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
 
   const T* ar[MRE];
 #pragma GCC unroll 16
-  for (int i = 0; i < MRE; ++i) ar[i] = a + i * (AK ? 1 : lda);
+  for (int i = 0; i < MRE; ++i) ar[i] = a + std::min(i, rows - 1) * (AK ? 1 : lda);
 
   V acc[MRE][NVE];
 #pragma GCC unroll 16
@@ -50,7 +58,7 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
 #pragma GCC unroll 16
   for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
-    for (int j = 0; j < NVE; ++j) __builtin_prefetch(c + i * ldc + j * W, 1, 3);
+    for (int j = 0; j < NVE; ++j) __builtin_prefetch(c + std::min(i, rows - 1) * ldc + j * W, 1, 3);
 
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
@@ -67,7 +75,7 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
   }
 
   const V va(alpha);
-  if (n_valid == NVE * W) {
+  if (rows == MRE && n_valid == NVE * W) {
     if (beta == T(0)) {
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
@@ -85,13 +93,13 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
     }
     return;
   }
-  // Ragged right edge: spill alpha * acc to an aligned stack tile, then merge the valid columns.
+  // Short or ragged tile: spill alpha * acc to an aligned stack tile, then merge the valid part.
   alignas(64) T tile[MRE][NVE * W];
 #pragma GCC unroll 16
   for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
-  for (int i = 0; i < MRE; ++i) {
+  for (int i = 0; i < rows; ++i) {
     T* p = c + i * ldc;
     if (beta == T(0))
       for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j];
@@ -101,18 +109,18 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const T* __restrict a, i
 }
 
 template <class T>
-using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int);
+using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int);
 
-// Every edge instance: fn[m - 1][v - 1] computes m rows and v vectors.
+// The instances by width: fn[v - 1] computes v vectors (and any number of rows up to MR).
 template <class Arch, class T, int MR, int NV, bool AK>
 struct MicroKernelTable {
-  MicroKernelFn<T> fn[MR][NV];
-  constexpr MicroKernelTable() : fn{} { fill(std::make_integer_sequence<int, MR * NV>{}); }
+  MicroKernelFn<T> fn[NV];
+  constexpr MicroKernelTable() : fn{} { fill(std::make_integer_sequence<int, NV>{}); }
 
  private:
   template <int... I>
   constexpr void fill(std::integer_sequence<int, I...>) {
-    ((fn[I / NV][I % NV] = &micro_kernel<Arch, T, I / NV + 1, I % NV + 1, AK>), ...);
+    ((fn[I] = &micro_kernel<Arch, T, MR, I + 1, AK>), ...);
   }
 };
 
