@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,12 +39,27 @@ namespace ref = tapegrad::kernels::ref;
 
 namespace {
 
+// 64-byte aligned storage, like the library's caching allocator gives tensors: a plain large
+// std::vector starts 16 bytes into a page, which splits every 64-byte vector load across two cache
+// lines and rules out the kernels' streaming stores, neither of which happens to real tensors.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+using Buffer = std::vector<float, Aligned64<float>>;
+
 // Buffers by name and size, created and filled (so every page is touched) on first use.
-std::vector<float>& buffer(const std::string& role, int64_t n, float lo = -5, float hi = 5) {
-  static std::map<std::string, std::unique_ptr<std::vector<float>>> pool;
+Buffer& buffer(const std::string& role, int64_t n, float lo = -5, float hi = 5) {
+  static std::map<std::string, std::unique_ptr<Buffer>> pool;
   auto& slot = pool[role + "/" + std::to_string(n)];
   if (!slot) {
-    slot = std::make_unique<std::vector<float>>(static_cast<size_t>(n));
+    slot = std::make_unique<Buffer>(static_cast<size_t>(n));
     std::mt19937 gen(uint32_t(n * 31 + role.size()));
     std::uniform_real_distribution<float> d(lo, hi);
     for (auto& v : *slot) v = d(gen);
@@ -64,7 +80,8 @@ void parallel_memcpy(float* dst, const float* src, int64_t n, int threads) {
   }
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+template <class A, class B>
+double max_abs_diff(const A& a, const B& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
   return m;
