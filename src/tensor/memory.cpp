@@ -1,6 +1,7 @@
 // The caching allocator (see memory.hpp): size classes with free lists, 64-byte alignment.
 #include "tapegrad/memory.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
@@ -13,13 +14,13 @@ namespace {
 
 constexpr int64_t kAlign = 64;
 
-// Rounds up to one of four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k), minimum 64 bytes.
+// Rounds up to one of four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k), and always to a
+// multiple of 64 bytes (aligned_alloc requires the size to be a multiple of the alignment).
 int64_t size_class(int64_t bytes) {
   if (bytes <= kAlign) return kAlign;
   const int64_t pow2 = int64_t(std::bit_floor(uint64_t(bytes)));
-  if (pow2 == bytes) return bytes;
-  const int64_t quarter = pow2 / 4;
-  return (bytes + quarter - 1) / quarter * quarter;
+  const int64_t step = std::max<int64_t>(pow2 / 4, kAlign);
+  return (bytes + step - 1) / step * step;
 }
 
 struct Cache {
