@@ -1,20 +1,20 @@
 // GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C for one instruction set.
 //
-// The nest, outermost first, for each thread's share of C (block sizes from gemm_config.hpp):
+// The nest, outermost first, for each unit of C (a rectangle of whole tiles; block sizes from
+// gemm_config.hpp):
 //   for each depth block of kc                               (beta applies on the first only)
-//     for each block of nc columns of its share of N: pack the B block   (private, L2)
-//       for each chunk of rows of its share of M               (transposed A: transposed now, L2)
-//         for each group of MR rows                            (MR x kc of A stays in L1)
-//           for each B micro-panel (NR columns)                (streams from L2)
+//     for each block of nc columns of the unit: pack the B block        (private, L2)
+//       for each chunk of rows of the unit                   (transposed A: transposed now, L2)
+//         for each group of MR rows                          (MR x kc of A stays in L1)
+//           for each B micro-panel (NR columns)              (streams from L2)
 //             micro-kernel on one MR x NR tile of C
 // The micro-kernel broadcasts A from rows (gemm_micro.hpp), so A that is not transposed is read in
 // place, and transposed A is transposed a chunk of 48 rows at a time into a buffer that stays in L2
 // until its tiles are done (transposing a whole block up front cost ~15% at 2048x1024x256: the
-// copy went out to L3 and came back). Nothing is shared between threads: each packs its own B
-// block and transposes its own A rows, so a team never waits inside a GEMM, only at its end.
-// Threads split the tile grid as tm x tn, balanced in whole panels (no two threads write the same
-// cache line of C except at a panel edge); N is split unless A needs transposing and is the larger
-// operand (then M: each thread packs all of B instead of transposing all of A).
+// copy went out to L3 and came back). Nothing is shared between units: each packs its own B and
+// transposes its own A rows, so a team never waits inside a GEMM, only at its end. A team takes
+// units one at a time from a shared counter (see choose_units); one thread does the whole problem
+// as a single unit.
 // Small problems run on the calling thread with no OpenMP region: under kMinFlopsPerThread per
 // thread, or while a team costs more than half the one-thread time (TeamCost: on a shared machine
 // a team can cost milliseconds). Small row-major B and small transposed A are read in place.
@@ -110,50 +110,62 @@ struct GemmDriver {
   // B block until the tiles that use them are done.
   static constexpr int64_t kChunkRows = std::lcm(MR, W) * (W >= 16 ? 1 : 2);
 
-  // Threads along M (tm) and along N (tn), tm * tn = nt, minimising the largest share of tiles.
-  // Splitting N duplicates A's preparation in every thread, splitting M duplicates B's packing:
-  // when A needs a transpose and is the larger operand, M is split when that is as balanced.
-  static void choose_grid(const Problem& pr, int nt, int& tm, int& tn) {
-    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
-    const bool prefer_m = pr.pack_a() && pr.M >= pr.N;
-    tm = nt, tn = 1;
-    int64_t best = -1;
-    for (int d = 1; d <= nt; ++d) {
-      if (nt % d) continue;
-      const int64_t work = ceil_div(m_panels, nt / d) * ceil_div(n_panels, d);
-      const bool better_tie = prefer_m ? d < tn : d > tn;
-      if (best < 0 || work < best || (work == best && better_tie)) best = work, tn = d, tm = nt / d;
+  // How a team cuts C: into um x un rectangles of whole panels (units), about two per thread,
+  // handed out one at a time from a shared counter. A thread that the OS keeps off a core then
+  // delays the GEMM by at most the unit it holds, where a static split would wait for its whole
+  // share (under load OpenBLAS's 2 threads beat our static split's 2 by 1.2x at 1024^3). Each unit
+  // prepares its own operands for all depths: cutting N re-reads A once per unit (in place, from
+  // cache), cutting M re-packs B once per unit, so N is cut unless A needs transposing and is the
+  // larger operand.
+  struct Units {
+    int64_t um, un;
+    int64_t count() const { return um * un; }
+  };
+  static Units choose_units(const Problem& pr, int nt) {
+    if (nt <= 1) return {1, 1};
+    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR), target = 2 * nt;
+    if (pr.pack_a() && pr.M >= pr.N) {
+      const int64_t um = std::min(m_panels, target);
+      return {um, std::min(n_panels, ceil_div(target, um))};
     }
+    const int64_t un = std::min(n_panels, target);
+    return {std::min(m_panels, ceil_div(target, un)), un};
   }
 
-  // The loop nest above, for thread `tid` of `nt`.
+  // The loop nest above, for thread `tid` of `nt`: units from `next` until none are left.
   // run: the team's account (see TeamRun), or null outside a team.
-  static void run_thread(const Problem& pr, int tid, int nt, TeamBarrier* barrier, TeamRun* run = nullptr) {
+  static void run_thread(const Problem& pr, int tid, int nt, const Units& units, std::atomic<int64_t>* next,
+                         TeamBarrier* barrier, TeamRun* run = nullptr) {
     const auto t0 = run ? TeamRun::Clock::now() : TeamRun::Clock::time_point();
-    const int64_t tiles = pr.a_cs != 1 && !pr.pack_a() ? run_thread<true>(pr, tid, nt) : run_thread<false>(pr, tid, nt);
+    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
+    int64_t tiles = 0;
+    for (int64_t u = next ? next->fetch_add(1, std::memory_order_relaxed) : 0; u < units.count();
+         u = next ? next->fetch_add(1, std::memory_order_relaxed) : units.count()) {
+      const int64_t iu = u / units.un, ju = u % units.un;
+      const int64_t mp_lo = split_begin(m_panels, int(units.um), int(iu));
+      const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
+      const int64_t n_lo = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju)) * NR);
+      const int64_t n_hi = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju + 1)) * NR);
+      tiles += pr.a_cs != 1 && !pr.pack_a() ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi)
+                                            : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
+    }
     if (run) run->report(tid, double(tiles), t0, TeamRun::Clock::now());
     // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
     if (nt > 1) barrier->wait();
   }
 
+  // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
   // AK: A is read in place column by column (small transposed A, see Problem::a_in_place).
-  // Returns the number of tiles of C this thread computed (per depth block).
+  // Returns the number of tiles of C computed (per depth block).
   template <bool AK>
-  static int64_t run_thread(const Problem& pr, int tid, int nt) {
-    const int64_t M = pr.M, N = pr.N, K = pr.K, kc = depth_block(K);
-    int tm, tn;
-    choose_grid(pr, nt, tm, tn);
-    const int t_m = tid / tn, t_n = tid % tn;
-    const int64_t m_panels = ceil_div(M, MR), n_panels = ceil_div(N, NR);
-    const int64_t mp_lo = split_begin(m_panels, tm, t_m), mp_hi = split_begin(m_panels, tm, t_m + 1);
-    const int64_t n_lo = std::min(N, split_begin(n_panels, tn, t_n) * NR);
-    const int64_t n_hi = std::min(N, split_begin(n_panels, tn, t_n + 1) * NR);
+  static int64_t run_unit(const Problem& pr, int64_t mp_lo, int64_t mp_hi, int64_t n_lo, int64_t n_hi) {
+    const int64_t M = pr.M, K = pr.K, kc = depth_block(K);
     const int64_t my_n = n_hi - n_lo;
     if (mp_lo < mp_hi && my_n > 0) {
       // Transposed A is transposed once per depth block, a chunk of rows at a time, against all of
-      // the thread's B (packed once per depth block, kc x my_n, streamed from L3 a panel at a time
+      // the unit's B (packed once per depth block, kc x my_n, streamed from L3 a panel at a time
       // and reused from L2 by the chunk's rows). Otherwise B comes in L2-sized blocks of nc columns
-      // and all rows of A stream past each (a "chunk" is then all of the thread's rows).
+      // and all rows of A stream past each (a "chunk" is then all of the unit's rows).
       const int64_t nc = pr.pack_a() ? round_up(my_n, NR)
                                      : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
       T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
@@ -231,7 +243,7 @@ struct GemmDriver {
         }
       }
     }
-    return std::max<int64_t>(0, mp_hi - mp_lo) * ceil_div(my_n, NR);
+    return std::max<int64_t>(0, mp_hi - mp_lo) * ceil_div(std::max<int64_t>(my_n, 0), NR);
   }
 
   // One GEMM on up to nt threads.
@@ -255,9 +267,11 @@ struct GemmDriver {
     nt = int(std::min<int64_t>(nt, ceil_div(M, MR) * ceil_div(N, NR)));
     if (omp_in_parallel() || (nt > 1 && !team_cost().worth_it(single_thread_us(flops)))) nt = 1;
     if (nt <= 1) {
-      run_thread(pr, 0, 1, nullptr);
+      run_thread(pr, 0, 1, Units{1, 1}, nullptr, nullptr);
       return;
     }
+    const Units units = choose_units(pr, nt);
+    std::atomic<int64_t> next{0};
     TeamBarrier barrier(nt);
     TeamRun run(nt);
 #pragma omp parallel num_threads(nt)
@@ -266,9 +280,9 @@ struct GemmDriver {
       // does it all, since the barrier counts on nt arrivals.
       const int tid = omp_get_thread_num();
       if (omp_get_num_threads() == nt)
-        run_thread(pr, tid, nt, &barrier, &run);
+        run_thread(pr, tid, nt, units, &next, &barrier, &run);
       else if (tid == 0)
-        run_thread(pr, 0, 1, nullptr);
+        run_thread(pr, 0, 1, Units{1, 1}, nullptr, nullptr);
     }
     run.finish();
   }
