@@ -82,9 +82,10 @@ void verify(const char* what, const Op& op, const Shape& s, const float* A, cons
     }
     const double err = std::abs(double(C[i * s.N + j]) - dot);
     if (!(err <= 2.0 * double(s.K + 2) * std::numeric_limits<float>::epsilon() * mag + 1e-30)) {
-      std::fprintf(stderr, "bench_gemm: WRONG RESULT in %s %s M=%ld K=%ld N=%ld at C[%ld,%ld]: %.9g, expected %.9g\n",
-                   what, op.name().c_str(), long(s.M), long(s.K), long(s.N), long(i), long(j), double(C[i * s.N + j]),
-                   dot);
+      std::fprintf(stderr,
+                   "bench_gemm: WRONG RESULT in %s %s M=%ld K=%ld N=%ld at C[%ld,%ld]: %.9g, expected %.9g\n",
+                   what, op.name().c_str(), long(s.M), long(s.K), long(s.N), long(i), long(j),
+                   double(C[i * s.N + j]), dot);
       std::abort();
     }
   };
@@ -105,15 +106,16 @@ void timed_loop(benchmark::State& state, double flops_per_iteration, Body&& body
     benchmark::ClobberMemory();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration * double(state.iterations()) / seconds * 1e-9);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration * double(state.iterations()) / seconds * 1e-9);
 }
 
 void bench_tapegrad(benchmark::State& state, Op op, Shape s, int threads) {
   k::set_num_threads(threads);
   Buffers& b = buffers(1, s);
   auto run = [&] {
-    k::gemm<float>(op.ta, op.tb, s.M, s.N, s.K, 1.f, b.A.data(), op.lda(s), b.B.data(), op.ldb(s), 0.f, b.C.data(),
-                   s.N);
+    k::gemm<float>(op.ta, op.tb, s.M, s.N, s.K, 1.f, b.A.data(), op.lda(s), b.B.data(), op.ldb(s), 0.f,
+                   b.C.data(), s.N);
   };
   static std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, int>, bool> verified;
   if (bool& done = verified[{op.ta, op.tb, s.M, s.K, s.N, threads}]; !done) {
@@ -129,8 +131,8 @@ void bench_tapegrad_batched(benchmark::State& state, int64_t batch, Shape s, int
   k::set_num_threads(threads);
   Buffers& b = buffers(batch, s);
   timed_loop(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K), [&] {
-    k::gemm_batched<float>(batch, false, false, s.M, s.N, s.K, 1.f, b.A.data(), s.K, s.M * s.K, b.B.data(), s.N,
-                           s.K * s.N, 0.f, b.C.data(), s.N, s.M * s.N);
+    k::gemm_batched<float>(batch, false, false, s.M, s.N, s.K, 1.f, b.A.data(), s.K, s.M * s.K, b.B.data(),
+                           s.N, s.K * s.N, 0.f, b.C.data(), s.N, s.M * s.N);
   });
   verify("tapegrad batched (last matrix)", Op{false, false}, s, b.A.data() + (batch - 1) * s.M * s.K,
          b.B.data() + (batch - 1) * s.K * s.N, b.C.data() + (batch - 1) * s.M * s.N);
@@ -154,22 +156,23 @@ void bench_openblas_batched(benchmark::State& state, int64_t batch, Shape s, int
   Buffers& b = buffers(batch, s);
   timed_loop(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K), [&] {
     for (int64_t i = 0; i < batch; ++i)
-      sgemm(Op{false, false}, s, b.A.data() + i * s.M * s.K, b.B.data() + i * s.K * s.N, b.C.data() + i * s.M * s.N);
+      sgemm(Op{false, false}, s, b.A.data() + i * s.M * s.K, b.B.data() + i * s.K * s.N,
+            b.C.data() + i * s.M * s.N);
   });
 }
 #endif
 
 // "<family>/<impl>/<op>/[<batch>x]<M>x<K>x<N>/omp:<t>" (snprintf: GCC 12 warns falsely on chains of
 // std::string operator+, PR 105329).
-std::string row_name(const char* family, const char* impl, const std::string& op, int64_t batch, const Shape& s,
-                     int t) {
+std::string row_name(const char* family, const char* impl, const std::string& op, int64_t batch,
+                     const Shape& s, int t) {
   char buf[160];
   if (batch > 0)
     std::snprintf(buf, sizeof buf, "%s/%s/%s/%ldx%ldx%ldx%ld/omp:%d", family, impl, op.c_str(), long(batch),
                   long(s.M), long(s.K), long(s.N), t);
   else
-    std::snprintf(buf, sizeof buf, "%s/%s/%s/%ldx%ldx%ld/omp:%d", family, impl, op.c_str(), long(s.M), long(s.K),
-                  long(s.N), t);
+    std::snprintf(buf, sizeof buf, "%s/%s/%s/%ldx%ldx%ld/omp:%d", family, impl, op.c_str(), long(s.M),
+                  long(s.K), long(s.N), t);
   return buf;
 }
 
@@ -177,16 +180,18 @@ std::string row_name(const char* family, const char* impl, const std::string& op
 
 int main(int argc, char** argv) {
   const std::vector<Shape> shapes = {
-      {64, 64, 64},     {128, 128, 128},   {256, 256, 256},    {257, 257, 257},   {512, 512, 512},
+      {64, 64, 64},       {128, 128, 128},    {256, 256, 256},  {257, 257, 257},   {512, 512, 512},
       {1000, 1000, 1000}, {1024, 1024, 1024}, {2048, 256, 256}, {2048, 256, 1024}, {2048, 1024, 256},
   };
   const std::vector<Op> ops = {{false, false}, {false, true}, {true, false}, {true, true}};
   for (const Shape& s : shapes)
     for (const Op& op : ops)
       for (int t : {1, 2}) {
-        benchmark::RegisterBenchmark(row_name("gemm", "tapegrad", op.name(), 0, s, t).c_str(), bench_tapegrad, op, s, t);
+        benchmark::RegisterBenchmark(row_name("gemm", "tapegrad", op.name(), 0, s, t).c_str(), bench_tapegrad,
+                                     op, s, t);
 #ifdef TAPEGRAD_HAVE_OPENBLAS
-        benchmark::RegisterBenchmark(row_name("gemm", "openblas", op.name(), 0, s, t).c_str(), bench_openblas, op, s, t);
+        benchmark::RegisterBenchmark(row_name("gemm", "openblas", op.name(), 0, s, t).c_str(), bench_openblas,
+                                     op, s, t);
 #endif
       }
   // Attention: (batch * heads) x (T x T x head_dim) and its (T x head_dim x T) partner.

@@ -10,8 +10,9 @@
 //   - nc: columns of the packed B block (kc x nc), sized to stay in one core's L2 while every row
 //     of A streams past it.
 // This is BLIS's loop nest for the transposed problem (C^T = B^T A^T, column-major) without its
-// L3 block of packed A: the kernel reads A rows in place (gemm_micro.hpp). Not here: the loops themselves (gemm_driver.hpp), the
-// packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
+// L3 block of packed A: the kernel reads A rows in place (gemm_micro.hpp). Also here: the
+// thread-local packing buffers and what decides whether a thread team pays (TeamCost). Not here:
+// the loops (gemm_driver.hpp), the packing (gemm_pack.hpp), the micro-kernel (gemm_micro.hpp).
 #pragma once
 
 #include <sched.h>
@@ -25,9 +26,8 @@
 #include <cstdlib>
 #include <new>
 #include <string_view>
-#include <vector>
-#include <numeric>
 #include <type_traits>
+#include <vector>
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/kernels.hpp"
@@ -70,9 +70,15 @@ struct Blocking {
   int64_t kc, nc;
 };
 
-inline int64_t round_down(int64_t x, int64_t m) { return std::max(m, x / m * m); }
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-inline int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+inline int64_t round_down(int64_t x, int64_t m) {
+  return std::max(m, x / m * m);
+}
+inline int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+inline int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 
 // Derived from the cache sizes once per (T, Tile):
 //   kc: the A micro-panel (MR x kc) takes about half of L1d, the rest holds the streaming B panel.
@@ -194,7 +200,8 @@ class TeamCost {
   }
 
   double estimate_us(Clock::time_point now) const {
-    const double age_ms = micros(now.time_since_epoch() - Clock::duration(stamp_.load(std::memory_order_relaxed))) * 1e-3;
+    const double age_ms =
+        micros(now.time_since_epoch() - Clock::duration(stamp_.load(std::memory_order_relaxed))) * 1e-3;
     return std::max(kFloorUs, ema_us_.load(std::memory_order_relaxed) * std::exp2(-age_ms / 200.0));
   }
 
@@ -214,9 +221,9 @@ inline TeamCost& team_cost() {
 }
 
 // The account of one team run: each thread reports how much work it did (tiles or matrices) and
-// how long that took; the loss is the run's wall time minus the time the largest share would take
-// at the fastest thread's rate. That counts fork/join latency and threads kept off a core by other
-// work, but not the uneven split of tiles that a given shape has anyway.
+// how long that took; the loss is the run's wall time minus the time the whole work would take
+// split evenly at the fastest thread's rate. That counts fork/join latency and threads kept off a
+// core by other work, but not a slow rate that every thread shares (a memory-bound shape).
 class TeamRun {
  public:
   using Clock = TeamCost::Clock;
@@ -226,15 +233,16 @@ class TeamRun {
   }
   // After the parallel region.
   void finish() const {
-    double best_rate = -1, max_units = 0;
+    double best_rate = -1, total_units = 0;
     for (const Slot& s : slots_) {
       if (s.units <= 0) continue;
       const double rate = s.us / s.units;
       best_rate = best_rate < 0 ? rate : std::min(best_rate, rate);
-      max_units = std::max(max_units, s.units);
+      total_units += s.units;
     }
     if (best_rate < 0) return;
-    team_cost().record(TeamCost::micros(Clock::now() - start_) - max_units * best_rate);
+    const double ideal_us = total_units * best_rate / double(slots_.size());
+    team_cost().record(TeamCost::micros(Clock::now() - start_) - ideal_us);
   }
 
  private:

@@ -33,6 +33,8 @@
 #include "kernels/simd/gemm_micro.hpp"
 #include "kernels/simd/gemm_pack.hpp"
 
+// Phase timers for tuning: compile with -DTG_GEMM_PROFILE to count, per thread, the TSC ticks spent
+// transposing A (tg_prof[0]) and packing B (tg_prof[1]). Off (empty) in every real build.
 #ifdef TG_GEMM_PROFILE
 #include <x86intrin.h>
 inline thread_local unsigned long long tg_prof[4];
@@ -68,7 +70,9 @@ inline void prefetch_segments(const T* p, int64_t ld, int64_t count, int64_t wid
 }
 
 // The even split of n items over parts: [begin, end) of part p.
-inline int64_t split_begin(int64_t n, int parts, int p) { return n * p / parts; }
+inline int64_t split_begin(int64_t n, int parts, int p) {
+  return n * p / parts;
+}
 
 // Tile is a template parameter so that tuning experiments can instantiate other register tiles.
 template <class Arch, class T, class Tile = MicroTile<Arch, T>>
@@ -113,7 +117,7 @@ struct GemmDriver {
   // How a team cuts C: into um x un rectangles of whole panels (units), about two per thread,
   // handed out one at a time from a shared counter. A thread that the OS keeps off a core then
   // delays the GEMM by at most the unit it holds, where a static split would wait for its whole
-  // share (under load OpenBLAS's 2 threads beat our static split's 2 by 1.2x at 1024^3). Each unit
+  // share (under load a static split made 1024^3 slower on 2 threads than on 1). Each unit
   // prepares its own operands for all depths: cutting N re-reads A once per unit (in place, from
   // cache), cutting M re-packs B once per unit, so N is cut unless A needs transposing and is the
   // larger operand.
@@ -166,8 +170,10 @@ struct GemmDriver {
       // the unit's B (packed once per depth block, kc x my_n, streamed from L3 a panel at a time
       // and reused from L2 by the chunk's rows). Otherwise B comes in L2-sized blocks of nc columns
       // and all rows of A stream past each (a "chunk" is then all of the unit's rows).
-      const int64_t nc = pr.pack_a() ? round_up(my_n, NR)
-                                     : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
+      const int64_t nc =
+          pr.pack_a()
+              ? round_up(my_n, NR)
+              : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
       T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
       const int64_t ps = a_row_stride<T>(kc);
       T* a_buf = pr.pack_a() ? scratch<T>(0, kChunkRows * ps) : nullptr;
@@ -217,7 +223,8 @@ struct GemmDriver {
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
               if (cols == NR)
-                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
+                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows,
+                                                  cols);
               else
                 edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
             };
@@ -304,9 +311,11 @@ struct GemmDriver {
         const T* bp = pr.b + j;
         if (cols == NR) {
           if (ak)
-            micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
+            micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
+                                                rows, cols);
           else
-            micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
+            micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
+                                                 rows, cols);
         } else {
           const auto fn = ak ? kernels<true>().fn[cols / W - 1] : kernels<false>().fn[cols / W - 1];
           fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
@@ -317,7 +326,9 @@ struct GemmDriver {
   }
 
   // A rough one-thread time (microseconds) for `flops`: 70% of two W-wide FMAs per cycle at 3 GHz.
-  static double single_thread_us(double flops) { return flops / (0.7 * 2 * 2 * W * 3e3); }
+  static double single_thread_us(double flops) {
+    return flops / (0.7 * 2 * 2 * W * 3e3);
+  }
 
   // Batched: small matrices go one per thread (no barriers, private buffers); large ones, or a
   // batch too short to balance, go one after another with the team inside each.
@@ -327,8 +338,8 @@ struct GemmDriver {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     const double flops = 2.0 * double(M) * double(N) * double(K);
     if (omp_in_parallel() || !team_cost().worth_it(single_thread_us(flops * double(batch)))) nt = 1;
-    const bool per_matrix_team = batch == 1 || nt == 1 ||
-                                 (flops >= 16 * kMinFlopsPerThread && batch % nt != 0 && batch < 4 * nt);
+    const bool per_matrix_team =
+        batch == 1 || nt == 1 || (flops >= 16 * kMinFlopsPerThread && batch % nt != 0 && batch < 4 * nt);
     if (per_matrix_team) {
       for (int64_t i = 0; i < batch; ++i)
         gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, nt);

@@ -37,9 +37,10 @@
 namespace tapegrad::kernels::simd::gemm_detail {
 
 template <class Arch, class T, int MRE, int NVE, bool AK = false>
-__attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, const T* __restrict a, int64_t lda,
-                                                                 const T* __restrict b, int64_t ldb, T* __restrict c,
-                                                                 int64_t ldc, T alpha, T beta, int rows, int n_valid) {
+__attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, const T* __restrict a,
+                                                                 int64_t lda, const T* __restrict b,
+                                                                 int64_t ldb, T* __restrict c, int64_t ldc,
+                                                                 T alpha, T beta, int rows, int n_valid) {
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
 
@@ -49,9 +50,10 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
 
   V acc[MRE][NVE];
 #pragma GCC unroll 16
-  for (int i = 0; i < MRE; ++i)
+  for (int i = 0; i < MRE; ++i) {
 #pragma GCC unroll 8
     for (int j = 0; j < NVE; ++j) acc[i][j] = V(T(0));
+  }
 
   // Prefetch the C tile for writing while the FMAs run, so the stores at the end do not wait on
   // memory (C rows are ldc apart and rarely in cache).

@@ -54,18 +54,30 @@ struct Transpose {
 // -Wmaybe-uninitialized (GCC PR 105593); the zero-masked forms with an all-ones mask compile to the
 // same unmasked instructions.
 namespace avx512 {
-inline __m512 unpacklo(__m512 a, __m512 b) { return _mm512_maskz_unpacklo_ps(__mmask16(-1), a, b); }
-inline __m512 unpackhi(__m512 a, __m512 b) { return _mm512_maskz_unpackhi_ps(__mmask16(-1), a, b); }
-inline __m512d unpacklo(__m512d a, __m512d b) { return _mm512_maskz_unpacklo_pd(__mmask8(-1), a, b); }
-inline __m512d unpackhi(__m512d a, __m512d b) { return _mm512_maskz_unpackhi_pd(__mmask8(-1), a, b); }
+inline __m512 unpacklo(__m512 a, __m512 b) {
+  return _mm512_maskz_unpacklo_ps(__mmask16(-1), a, b);
+}
+inline __m512 unpackhi(__m512 a, __m512 b) {
+  return _mm512_maskz_unpackhi_ps(__mmask16(-1), a, b);
+}
+inline __m512d unpacklo(__m512d a, __m512d b) {
+  return _mm512_maskz_unpacklo_pd(__mmask8(-1), a, b);
+}
+inline __m512d unpackhi(__m512d a, __m512d b) {
+  return _mm512_maskz_unpackhi_pd(__mmask8(-1), a, b);
+}
 template <int Imm>
-inline __m512 shuffle128(__m512 a, __m512 b) { return _mm512_maskz_shuffle_f32x4(__mmask16(-1), a, b, Imm); }
+inline __m512 shuffle128(__m512 a, __m512 b) {
+  return _mm512_maskz_shuffle_f32x4(__mmask16(-1), a, b, Imm);
+}
 template <int Imm>
-inline __m512d shuffle128(__m512d a, __m512d b) { return _mm512_maskz_shuffle_f64x2(__mmask8(-1), a, b, Imm); }
+inline __m512d shuffle128(__m512d a, __m512d b) {
+  return _mm512_maskz_shuffle_f64x2(__mmask8(-1), a, b, Imm);
+}
 }  // namespace avx512
 
 template <class Arch>
-  requires std::is_base_of_v<xsimd::avx512f, Arch>
+requires std::is_base_of_v<xsimd::avx512f, Arch>
 struct Transpose<Arch, float> {
   static constexpr bool available = true;
   static inline void run(__m512* r) {
@@ -86,8 +98,8 @@ struct Transpose<Arch, float> {
     }
     for (int c = 0; c < 4; ++c) {
       // Gather the four 4-row quarters of columns c, 4+c, 8+c, 12+c.
-      const __m512 v0 = avx512::shuffle128<0x88>(u[c], u[4 + c]);    // c r0-3, 8+c r0-3, c r4-7, 8+c r4-7
-      const __m512 v1 = avx512::shuffle128<0xdd>(u[c], u[4 + c]);    // 4+c, 12+c likewise
+      const __m512 v0 = avx512::shuffle128<0x88>(u[c], u[4 + c]);  // c r0-3, 8+c r0-3, c r4-7, 8+c r4-7
+      const __m512 v1 = avx512::shuffle128<0xdd>(u[c], u[4 + c]);  // 4+c, 12+c likewise
       const __m512 v2 = avx512::shuffle128<0x88>(u[8 + c], u[12 + c]);
       const __m512 v3 = avx512::shuffle128<0xdd>(u[8 + c], u[12 + c]);
       r[c] = avx512::shuffle128<0x88>(v0, v2);
@@ -99,7 +111,7 @@ struct Transpose<Arch, float> {
 };
 
 template <class Arch>
-  requires std::is_base_of_v<xsimd::avx512f, Arch>
+requires std::is_base_of_v<xsimd::avx512f, Arch>
 struct Transpose<Arch, double> {
   static constexpr bool available = true;
   static inline void run(__m512d* r) {
@@ -128,8 +140,8 @@ struct Transpose<Arch, double> {
 
 #if defined(__AVX__)
 template <class Arch>
-  requires(std::is_base_of_v<xsimd::avx, Arch> && !std::is_base_of_v<xsimd::avx512f, Arch>)
-struct Transpose<Arch, float> {
+requires(std::is_base_of_v<xsimd::avx, Arch> &&
+         !std::is_base_of_v<xsimd::avx512f, Arch>) struct Transpose<Arch, float> {
   static constexpr bool available = true;
   static inline void run(__m256* r) {
     __m256 t[8], u[8];
@@ -151,8 +163,8 @@ struct Transpose<Arch, float> {
 };
 
 template <class Arch>
-  requires(std::is_base_of_v<xsimd::avx, Arch> && !std::is_base_of_v<xsimd::avx512f, Arch>)
-struct Transpose<Arch, double> {
+requires(std::is_base_of_v<xsimd::avx, Arch> &&
+         !std::is_base_of_v<xsimd::avx512f, Arch>) struct Transpose<Arch, double> {
   static constexpr bool available = true;
   static inline void run(__m256d* r) {
     const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
@@ -182,7 +194,8 @@ void pack_b(int64_t kc, int64_t nb, const T* src, int64_t ks, int64_t js, T* dst
       const T* row = src + k * ks;
       for (int64_t p = 0; p < full; ++p)
 #pragma GCC unroll 8
-        for (int j = 0; j < NR; j += W) V::load_unaligned(row + p * NR + j).store_aligned(dst + p * stride + k * NR + j);
+        for (int j = 0; j < NR; j += W)
+          V::load_unaligned(row + p * NR + j).store_aligned(dst + p * stride + k * NR + j);
       if (tail) {
         T* d = dst + full * stride + k * NR;
         for (int64_t j = 0; j < tail; ++j) d[j] = row[full * NR + j];

@@ -11,8 +11,8 @@
 // Slow cases (1000-sized, every transpose) are tagged [.slow].
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -65,8 +65,12 @@ std::string describe(const Shape& s) {
 struct Dims {
   int64_t a_rows, lda, b_rows, ldb, c_rows, ldc;
   explicit Dims(const Shape& s)
-      : a_rows(s.ta ? s.K : s.M), lda((s.ta ? s.M : s.K) + s.pad + 1), b_rows(s.tb ? s.N : s.K),
-        ldb((s.tb ? s.K : s.N) + s.pad + 1), c_rows(s.M), ldc(s.N + s.pad) {}
+      : a_rows(s.ta ? s.K : s.M),
+        lda((s.ta ? s.M : s.K) + s.pad + 1),
+        b_rows(s.tb ? s.N : s.K),
+        ldb((s.tb ? s.K : s.N) + s.pad + 1),
+        c_rows(s.M),
+        ldc(s.N + s.pad) {}
   size_t a_size() const { return size_t(a_rows * lda); }
   size_t b_size() const { return size_t(b_rows * ldb); }
   size_t c_size() const { return size_t(std::max<int64_t>(c_rows * ldc, 1)); }
@@ -91,14 +95,16 @@ void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C
   for (size_t i = 0; i < absA.size(); ++i) absA[i] = std::abs(A[i]);
   for (size_t i = 0; i < absB.size(); ++i) absB[i] = std::abs(B[i]);
   std::fill(bound, bound + d.c_size(), T(0));
-  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(1), absA.data(), d.lda, absB.data(), d.ldb, T(0), bound, d.ldc);
+  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(1), absA.data(), d.lda, absB.data(), d.ldb, T(0), bound,
+                  d.ldc);
   const double eps = std::numeric_limits<T>::epsilon();
   for (int64_t i = 0; i < s.M; ++i)
     for (int64_t j = 0; j < s.N; ++j) {
       const size_t ix = size_t(i * d.ldc + j);
       const double c = s.beta == 0 ? 0.0 : std::abs(double(C0[ix]));
-      bound[ix] = T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c) +
-                    std::numeric_limits<T>::min());
+      bound[ix] =
+          T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c) +
+            std::numeric_limits<T>::min());
     }
 }
 
@@ -109,11 +115,12 @@ int64_t count_bad(const Shape& s, const Dims& d, const T* C0, const T* ref, cons
   for (int64_t i = 0; i < s.M; ++i)
     for (int64_t j = 0; j < d.ldc; ++j) {
       const size_t ix = size_t(i * d.ldc + j);
-      const bool ok = j >= s.N ? C[ix] == C0[ix]
-                               : std::isfinite(C[ix]) && std::abs(double(C[ix]) - double(ref[ix])) <= double(bound[ix]);
+      const bool ok =
+          j >= s.N ? C[ix] == C0[ix]
+                   : std::isfinite(C[ix]) && std::abs(double(C[ix]) - double(ref[ix])) <= double(bound[ix]);
       if (!ok && bad++ < 3)
-        UNSCOPED_INFO("C[" << i << "," << j << "] = " << C[ix] << ", expected " << (j < s.N ? ref[ix] : C0[ix])
-                           << " within " << (j < s.N ? bound[ix] : T(0)));
+        UNSCOPED_INFO("C[" << i << "," << j << "] = " << C[ix] << ", expected "
+                           << (j < s.N ? ref[ix] : C0[ix]) << " within " << (j < s.N ? bound[ix] : T(0)));
     }
   return bad;
 }
@@ -137,7 +144,8 @@ struct Problem {
   // Runs the dispatched GEMM on a fresh copy of C; returns the number of bad elements.
   int64_t check() const {
     std::vector<T> C = C0;
-    k::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, B.data(), d.ldb, T(s.beta), C.data(), d.ldc);
+    k::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, B.data(), d.ldb, T(s.beta), C.data(),
+               d.ldc);
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
 };
@@ -170,9 +178,9 @@ TEMPLATE_TEST_CASE("gemm: square sizes, every transpose, every ISA", "[kernels][
 TEMPLATE_TEST_CASE("gemm: non-square shapes and leading dimensions", "[kernels][gemm]", float, double) {
   // M, N, K; pad. Rows chosen around the register tiles (14/6 rows, 32/16/8 columns) and blocks.
   auto [M, N, K, pad] = GENERATE(table<int64_t, int64_t, int64_t, int64_t>({
-      {1, 1, 1, 3},      {1, 257, 33, 0},   {257, 1, 33, 1},   {33, 17, 1, 0},     {13, 31, 2, 5},
-      {14, 32, 7, 0},    {15, 33, 9, 2},    {28, 64, 16, 0},   {6, 16, 5, 1},      {5, 15, 129, 7},
-      {127, 65, 3, 0},   {3, 129, 127, 1},  {65, 127, 17, 4},  {100, 300, 40, 0},  {300, 40, 100, 3},
+      {1, 1, 1, 3},      {1, 257, 33, 0},    {257, 1, 33, 1},   {33, 17, 1, 0},    {13, 31, 2, 5},
+      {14, 32, 7, 0},    {15, 33, 9, 2},     {28, 64, 16, 0},   {6, 16, 5, 1},     {5, 15, 129, 7},
+      {127, 65, 3, 0},   {3, 129, 127, 1},   {65, 127, 17, 4},  {100, 300, 40, 0}, {300, 40, 100, 3},
       {40, 50, 1000, 1}, {20, 1000, 300, 0}, {5000, 17, 20, 2}, {257, 129, 65, 0}, {129, 257, 513, 9},
   }));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
@@ -187,15 +195,18 @@ TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][g
   check_everywhere<TestType>({ta, tb, M, N, K, 2, alpha, beta});
 }
 
-TEMPLATE_TEST_CASE("gemm: K == 0 scales C by beta; empty M or N leave C alone", "[kernels][gemm]", float, double) {
+TEMPLATE_TEST_CASE("gemm: K == 0 scales C by beta; empty M or N leave C alone", "[kernels][gemm]", float,
+                   double) {
   const double beta = GENERATE(0.0, 1.0, 0.25);
-  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{5, 7, 0}, {40, 33, 0}, {0, 5, 3}, {5, 0, 3}, {0, 0, 0}}));
+  auto [M, N, K] =
+      GENERATE(table<int64_t, int64_t, int64_t>({{5, 7, 0}, {40, 33, 0}, {0, 5, 3}, {5, 0, 3}, {0, 0, 0}}));
   check_everywhere<TestType>({false, false, M, N, K, 1, 1.5, beta});
   // alpha == 0 is the same as K == 0: A and B are not needed.
   check_everywhere<TestType>({true, false, M, N, K + 3, 1, 0.0, beta});
 }
 
-TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes", "[kernels][gemm]", float, double) {
+TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes", "[kernels][gemm]", float,
+                   double) {
   using T = TestType;
   // batch, M, N, K, which operand is broadcast with stride 0: 0 none, 1 A, 2 B.
   auto [batch, M, N, K, broadcast] = GENERATE(table<int64_t, int64_t, int64_t, int64_t, int>({
@@ -233,18 +244,20 @@ TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes"
       k::set_num_threads(threads);
       CAPTURE(k::isa_name(isa), threads);
       std::vector<T> C = C0;
-      k::gemm_batched<T>(batch, ta, tb, M, N, K, T(s.alpha), A.data(), d.lda, sa, B.data(), d.ldb, sb, T(s.beta),
-                         C.data(), d.ldc, sc);
+      k::gemm_batched<T>(batch, ta, tb, M, N, K, T(s.alpha), A.data(), d.lda, sa, B.data(), d.ldb, sb,
+                         T(s.beta), C.data(), d.ldc, sc);
       int64_t bad = 0;
       for (int64_t b = 0; b < batch; ++b)
-        bad += count_bad<T>(s, d, C0.data() + b * sc, ref.data() + b * sc, bound.data() + b * sc, C.data() + b * sc);
+        bad += count_bad<T>(s, d, C0.data() + b * sc, ref.data() + b * sc, bound.data() + b * sc,
+                            C.data() + b * sc);
       CHECK(bad == 0);
     }
   }
 }
 
 TEMPLATE_TEST_CASE("gemm: large shapes", "[kernels][gemm][.slow]", float, double) {
-  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{1000, 1000, 1000}, {1031, 997, 1013}, {2048, 256, 512}}));
+  auto [M, N, K] =
+      GENERATE(table<int64_t, int64_t, int64_t>({{1000, 1000, 1000}, {1031, 997, 1013}, {2048, 256, 512}}));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   const Shape s{ta, tb, M, N, K, 3, -1.5, 0.25};
   KernelStateGuard guard;
