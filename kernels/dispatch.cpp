@@ -227,9 +227,11 @@ void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t
                   int64_t sc) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (auto f = table().gemm_batched_f32) return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+    if (auto f = table().gemm_batched_f32)
+      return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
   } else {
-    if (auto f = table().gemm_batched_f64) return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
+    if (auto f = table().gemm_batched_f64)
+      return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
   }
   for (int64_t i = 0; i < batch; ++i)
     gemm<T>(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
