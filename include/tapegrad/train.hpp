@@ -30,13 +30,13 @@ struct TrainOptions {
   std::string train_file, valid_file;  // TSV
   data::Tokenization tokenization = data::Tokenization::chars;
   double valid_fraction = 0.1;    // TSV without valid_file: hold out this fraction
-  int64_t steps = 2000;
+  int64_t steps = 1500;
   int64_t batch_size = 64;
   std::string optimizer = "adamw";  // adamw | adam | sgd
   double lr = 1e-3;
   double momentum = 0.9;          // sgd
   double weight_decay = 0.01;
-  optim::Schedule schedule = optim::Schedule::inverse_sqrt;
+  optim::Schedule schedule = optim::Schedule::cosine;  // anneals to a sharper final model than inverse_sqrt
   int64_t warmup = 200;
   double clip_norm = 1.0;
   double label_smoothing = 0.0;

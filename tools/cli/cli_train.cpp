@@ -17,7 +17,7 @@ namespace {
 struct TrainArgs {
   train::TrainOptions o;
   std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
-              attention = "additive", schedule = "inverse_sqrt", tokens = "chars";
+              attention = "additive", schedule = "cosine", tokens = "chars";
   bool pre_ln = false;
 };
 
@@ -67,7 +67,9 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--d-model", o.model.d_model, "Model / embedding width")->capture_default_str();
   sub->add_option("--heads", o.model.heads, "Attention heads (transformer)")->capture_default_str();
   sub->add_option("--d-ff", o.model.d_ff, "Feed-forward width (transformer)")->capture_default_str();
-  sub->add_option("--dropout", o.model.dropout, "Dropout probability")->capture_default_str();
+  auto* dropout = sub->add_option("--dropout", o.model.dropout,
+                                  "Dropout probability (default: 0 for a built-in task, whose data is unlimited "
+                                  "and fresh every step; 0.1 for TSV data)");
   sub->add_option("--positional", a->positional, "sinusoidal | learned | none (transformer)")->capture_default_str();
   sub->add_flag("--pre-ln", a->pre_ln, "Layer norm before each sub-layer instead of after (transformer)");
   sub->add_option("--activation", a->activation, "Feed-forward activation: relu | gelu")->capture_default_str();
@@ -82,8 +84,9 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--log-every", o.log_every, "Log a line (and a CSV row) every N steps")->capture_default_str();
   sub->add_option("--save-every", o.save_every, "Checkpoint every N steps (and at the end)")->capture_default_str();
   sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")->capture_default_str();
-  return [a] {
+  return [a, dropout] {
     train::TrainOptions& o = a->o;
+    if (!dropout->count()) o.model.dropout = o.train_file.empty() ? 0.0 : 0.1;
     o.model.kind = models::parse_model(a->model);
     o.model.positional = nn::parse_positional(a->positional);
     o.model.activation = nn::parse_activation(a->activation);
