@@ -21,6 +21,8 @@
 //                 built); maxrss_MiB is getrusage's ru_maxrss, the whole process so far.
 //   os_allocations_per_step  blocks the caching allocator took from the OS per timed step
 //                 (tapegrad::memory::stats); 0 proves steady-state steps map no fresh memory.
+//   page_faults_per_step  minor page faults (getrusage) per timed step: first touches of fresh pages
+//                 from anywhere in the process, the allocator's or not.
 // Three warm-up steps run before timing (they fill the allocator's free lists).
 // Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` like the other benchmarks.
 #include <benchmark/benchmark.h>
@@ -139,6 +141,12 @@ double maxrss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
+int64_t minor_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
 void train_step(benchmark::State& state, models::ModelConfig config, int threads) {
   kernels::set_num_threads(threads);
   memory::empty_cache();
@@ -156,7 +164,7 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
     loss = l.item();
   };
   for (int i = 0; i < kWarmup; ++i) step();
-  const int64_t os_before = memory::stats().os_allocations;
+  const int64_t os_before = memory::stats().os_allocations, faults_before = minor_faults();
   std::vector<double> times;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -164,7 +172,7 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const double steps = double(state.iterations());
-  const int64_t os_after = memory::stats().os_allocations;
+  const int64_t os_after = memory::stats().os_allocations, faults_after = minor_faults();
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0 : times[times.size() / 2];
   const double tokens = double(batch.target_tokens());
@@ -178,6 +186,7 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
   state.counters["peak_rss_MiB"] = vm_hwm_mib();
   state.counters["maxrss_MiB"] = maxrss_mib();
   state.counters["os_allocations_per_step"] = steps > 0 ? double(os_after - os_before) / steps : 0;
+  state.counters["page_faults_per_step"] = steps > 0 ? double(faults_after - faults_before) / steps : 0;
   state.counters["loss"] = loss;
 }
 

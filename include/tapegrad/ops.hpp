@@ -99,4 +99,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 
+// ---- fused recurrent-model ops (src/ops/fused.cpp) ------------------------------------------------
+// GRU gates from the input and recurrent projections xp, hp [B, 3H] (gate order r, z, n; rows may be
+// strided views, e.g. one time step of a [B, T, 3H] projection) and the state h [B, H]:
+//   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h  -> [B, H]
+Tensor gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h);
+// Additive (Bahdanau) attention scores: keys [B, S, A] (projected), query [B, A] (projected), v [A]
+//   scores[b, s] = v . tanh(keys[b, s, :] + query[b, :])  -> [B, S]
+// Nothing of size [B, S, A] is kept for backward: it recomputes tanh chunk by chunk.
+Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
+
 }  // namespace tapegrad

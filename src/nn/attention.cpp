@@ -76,8 +76,7 @@ Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tens
   Tensor scores;  // [B, S]
   if (score_ == AttentionScore::additive) {
     // e_j = v^T tanh(W_q s + W_k h_j)
-    const Tensor q = query_proj_->forward(query).reshape({B, 1, -1});
-    scores = matmul(tanh(add(projected, q)), v_);
+    scores = additive_score(projected, query_proj_->forward(query), v_);  // fused: no [B, S, A] kept
   } else {
     // e_j = (W h_j)^T s
     scores = matmul(projected, query.reshape({B, -1, 1})).reshape({B, S});

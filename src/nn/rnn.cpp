@@ -47,12 +47,8 @@ RnnState RnnCell::step(const Tensor& xp, const RnnState& state) const {
   auto gate = [H](const Tensor& t, int i) { return narrow(t, -1, i * H, H); };
   switch (kind_) {
     case CellKind::elman: return {tanh(add(xp, hp)), {}};
-    case CellKind::gru: {
-      const Tensor r = sigmoid(add(gate(xp, 0), gate(hp, 0)));
-      const Tensor z = sigmoid(add(gate(xp, 1), gate(hp, 1)));
-      const Tensor n = tanh(add(gate(xp, 2), mul(r, gate(hp, 2))));
-      return {add(n, mul(z, sub(state.h, n))), {}};  // (1 - z) n + z h
-    }
+    case CellKind::gru:  // r, z, n and (1 - z) n + z h in one fused op
+      return {gru_cell(xp, hp, state.h), {}};
     case CellKind::lstm: {
       const Tensor g = add(xp, hp);
       const Tensor i = sigmoid(gate(g, 0)), f = sigmoid(gate(g, 1)), c_hat = tanh(gate(g, 2)), o = sigmoid(gate(g, 3));

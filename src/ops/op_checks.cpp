@@ -85,6 +85,10 @@ std::vector<OpCheck> build() {
   add_row("permute", "[2,3,4] (2,0,1)", {in({2, 3, 4})}, [](Inputs x) { return permute(x[0], {2, 0, 1}); });
   add_row("reshape", "[2,6]->[3,4]", {in({2, 6})}, [](Inputs x) { return reshape(x[0], {3, 4}); });
   add_row("reshape", "[3,4]^T->[12]", {in({3, 4})}, [](Inputs x) { return reshape(transpose(x[0], 0, 1), {-1}); });
+  add_row("reshape", "[3,2,4][:,1:2]->[3,4] (a view)", {in({3, 2, 4})},
+          [](Inputs x) { return reshape(narrow(x[0], 1, 1, 1), {3, 4}); });
+  add_row("reshape", "[3,6][:,1:5]->[3,2,2] (a view)", {in({3, 6})},
+          [](Inputs x) { return mul(reshape(narrow(x[0], 1, 1, 4), {3, 2, 2}), 2.0); });
   add_row("contiguous", "[3,4]^T", {in({3, 4})}, [](Inputs x) { return contiguous(transpose(x[0], 0, 1)); });
   add_row("concat", "[2,3]|[2,1]|[2,4] axis 1", {in({2, 3}), in({2, 1}), in({2, 4})},
           [](Inputs x) { return concat({x[0], x[1], x[2]}, 1); });
@@ -126,6 +130,18 @@ std::vector<OpCheck> build() {
   add_row("embedding", "table[10,4] ids[2,3] repeated", {in({10, 4}), ids({2, 3}, {1, 7, 1, 0, 9, 1})},
           [](Inputs x) { return embedding(x[0], x[1]); });
   add_row("dropout", "[4,5] p=0.3 seed 7", {in({4, 5})}, [](Inputs x) { return dropout(x[0], 0.3, true, 7); });
+
+  // ---- fused recurrent-model ops
+  add_row("gru_cell", "xp[3,12] hp[3,12] h[3,4]", {in({3, 12}), in({3, 12}), in({3, 4})},
+          [](Inputs x) { return gru_cell(x[0], x[1], x[2]); });
+  add_row("gru_cell", "xp=[2,3,15][:,1] (strided rows) hp[2,15] h[2,5]", {in({2, 3, 15}), in({2, 15}), in({2, 5})},
+          [](Inputs x) { return gru_cell(reshape(narrow(x[0], 1, 1, 1), {2, 15}), x[1], x[2]); });
+  add_row("additive_score", "k[2,3,5] q[2,5] v[5]", {in({2, 3, 5}), in({2, 5}), in({5})},
+          [](Inputs x) { return additive_score(x[0], x[1], x[2]); });
+  add_row("additive_score", "k[5,7,100] q[5,100] v[100] (chunks of 2 rows)", {in({5, 7, 100}), in({5, 100}), in({100})},
+          [](Inputs x) { return additive_score(x[0], x[1], x[2]); });
+  add_row("additive_score", "k[1,1,1] q[1,1] v[1]", {in({1, 1, 1}), in({1, 1}), in({1})},
+          [](Inputs x) { return add(additive_score(x[0], x[1], x[2]), x[1]); });
 
   // ---- compositions
   add_row("mlp2_composition", "x[4,3] W1[5,3] W2[2,5] ce", {in({4, 3}), in({5, 3}), in({5}), in({2, 5}), in({2})},

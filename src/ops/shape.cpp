@@ -21,6 +21,40 @@ void copy_blocks(const Tensor& src, const Tensor& dst, int64_t rows, int64_t blo
     std::memcpy(d + r * dst_stride * es, s + r * src_stride * es, size_t(block * es));
 }
 
+// Strides that view a tensor of (shape, strides) as `target` without moving data, or false when the
+// reshape needs a copy. Dimensions may be split and merged only where the old layout keeps them
+// evenly strided (PyTorch's view rule): e.g. [B,1,C] -> [B,C] of a narrowed time step is a view.
+bool view_strides(const Shape& shape, const Shape& strides, const Shape& target, Shape* out) {
+  Shape ts = target;
+  if (shape.numel() == 0 || shape.ndim() == 0) {
+    *out = contiguous_strides(target);
+    return true;
+  }
+  int view_d = target.ndim() - 1;
+  int64_t chunk_stride = strides[shape.ndim() - 1];
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int d = shape.ndim() - 1; d >= 0; --d) {
+    tensor_numel *= shape[d];
+    // A chunk ends where the next-outer dim is not laid out right after this run of dims.
+    if (d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || target[view_d] == 1)) {
+        ts[view_d] = view_numel * chunk_stride;
+        view_numel *= target[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_stride = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return false;
+  *out = ts;
+  return true;
+}
+
 }  // namespace
 
 Tensor reshape(const Tensor& a, const Shape& shape) {
@@ -42,8 +76,17 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   if (target.numel() != a.numel())
     throw ShapeError("reshape: cannot reshape " + to_string(a.shape()) + " (" + std::to_string(a.numel()) +
                      " elements) into " + to_string(shape));
-  const Tensor base = a.is_contiguous() ? a : a.clone();
-  Tensor y = make_view(base, target, contiguous_strides(target), base.impl()->offset);
+  // A view whenever the layout allows it (always for contiguous inputs); a copy otherwise.
+  Shape vs;
+  Tensor y;
+  if (a.is_contiguous()) {
+    y = make_view(a, target, contiguous_strides(target), a.impl()->offset);
+  } else if (view_strides(a.shape(), a.strides(), target, &vs)) {
+    y = make_view(a, target, vs, a.impl()->offset);
+  } else {
+    const Tensor base = a.clone();
+    y = make_view(base, target, contiguous_strides(target), base.impl()->offset);
+  }
   if (should_record({&a})) {
     record(OpKind::reshape, {a}, y, [a](const Tensor& dy) {
       // da = dy viewed in a's shape
