@@ -192,27 +192,34 @@ class TeamCost {
   // Should a GEMM that takes about `single_us` on one thread use a team?
   bool worth_it(double single_us) const { return always_ || single_us >= 2.0 * estimate_us(Clock::now()); }
 
-  void record(double lost_us) {
+  // A team run that started at `start` lost `lost_us`, of which `wake_us` went on waking the
+  // other threads. That part counts only if the team was warm: libgomp's threads spin for a few
+  // milliseconds after a region and then sleep, and waking a sleeping thread on this VM took up to
+  // milliseconds, a price a run of back-to-back GEMMs pays once. Charging it to every probe would
+  // keep a quiet machine from ever using teams for small GEMMs (256^3 ran at 0.84x OpenBLAS).
+  void record(Clock::time_point start, double lost_us, double wake_us) {
     const auto now = Clock::now();
-    const double old = estimate_us(now);
-    ema_us_.store(0.5 * old + 0.5 * std::clamp(lost_us, 0.0, 1e6), std::memory_order_relaxed);
-    stamp_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    const bool warm = micros(start - Clock::time_point(Clock::duration(last_end_.load(relaxed)))) < 4000.0;
+    const double sample = std::clamp(lost_us - (warm ? 0.0 : wake_us), 0.0, 1e6);
+    ema_us_.store(0.5 * estimate_us(now) + 0.5 * sample, relaxed);
+    stamp_.store(now.time_since_epoch().count(), relaxed);
+    last_end_.store(now.time_since_epoch().count(), relaxed);
   }
 
   double estimate_us(Clock::time_point now) const {
-    const double age_ms =
-        micros(now.time_since_epoch() - Clock::duration(stamp_.load(std::memory_order_relaxed))) * 1e-3;
-    return std::max(kFloorUs, ema_us_.load(std::memory_order_relaxed) * std::exp2(-age_ms / 200.0));
+    const double age_ms = micros(now - Clock::time_point(Clock::duration(stamp_.load(relaxed)))) * 1e-3;
+    return std::max(kFloorUs, ema_us_.load(relaxed) * std::exp2(-age_ms / 200.0));
   }
 
  private:
+  static constexpr auto relaxed = std::memory_order_relaxed;
   static constexpr double kFloorUs = 3.0;
   const bool always_ = [] {
     const char* v = std::getenv("TAPEGRAD_GEMM_TEAM");
     return v && std::string_view(v) == "always";
   }();
   std::atomic<double> ema_us_{5.0};
-  std::atomic<Clock::rep> stamp_{0};
+  std::atomic<Clock::rep> stamp_{0}, last_end_{0};
 };
 
 inline TeamCost& team_cost() {
@@ -220,21 +227,23 @@ inline TeamCost& team_cost() {
   return cost;
 }
 
-// The account of one team run: each thread reports how much work it did (tiles or matrices) and
-// how long that took; the loss is the run's wall time minus the time the whole work would take
-// split evenly at the fastest thread's rate. That counts fork/join latency and threads kept off a
-// core by other work, but not a slow rate that every thread shares (a memory-bound shape).
+// The account of one team run: each thread reports when it started, how much work it did (tiles
+// or matrices) and how long that took; the loss is the run's wall time minus the time the whole
+// work would take split evenly at the fastest thread's rate. That counts fork/join latency and
+// threads kept off a core by other work, but not a slow rate that every thread shares (a
+// memory-bound shape). The latest start is reported separately as the wake-up cost.
 class TeamRun {
  public:
   using Clock = TeamCost::Clock;
   explicit TeamRun(int nt) : start_(Clock::now()), slots_(size_t(nt)) {}
   void report(int tid, double units, Clock::time_point t0, Clock::time_point t1) {
-    slots_[size_t(tid)] = {units, TeamCost::micros(t1 - t0)};
+    slots_[size_t(tid)] = {units, TeamCost::micros(t1 - t0), TeamCost::micros(t0 - start_)};
   }
   // After the parallel region.
   void finish() const {
-    double best_rate = -1, total_units = 0;
+    double best_rate = -1, total_units = 0, wake_us = 0;
     for (const Slot& s : slots_) {
+      wake_us = std::max(wake_us, s.start_us);
       if (s.units <= 0) continue;
       const double rate = s.us / s.units;
       best_rate = best_rate < 0 ? rate : std::min(best_rate, rate);
@@ -242,12 +251,12 @@ class TeamRun {
     }
     if (best_rate < 0) return;
     const double ideal_us = total_units * best_rate / double(slots_.size());
-    team_cost().record(TeamCost::micros(Clock::now() - start_) - ideal_us);
+    team_cost().record(start_, TeamCost::micros(Clock::now() - start_) - ideal_us, wake_us);
   }
 
  private:
   struct alignas(64) Slot {
-    double units = 0, us = 0;
+    double units = 0, us = 0, start_us = 0;
   };
   Clock::time_point start_;
   std::vector<Slot> slots_;
