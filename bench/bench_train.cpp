@@ -13,7 +13,9 @@
 //                  attentional vector], 128 + 256), combine tanh(W_c [h; ctx]) 512 -> 256.
 // Counters:
 //   tokens/s      target tokens (64 * 32 = 2048 per step) per second over the timed steps (mean).
-//   median_ms     the median step time (robust on a shared machine); tok/s_median from it.
+//   median_ms     the median step time (robust on a shared machine); tok/s_median from it; min_ms
+//                 the fastest step (the least disturbed by other processes); cpu_ms the median CPU
+//                 time of a step, all threads (at 1 thread: the step's cost without waiting for a core).
 //   GFLOP/s, MFU  model FLOPs / time, with model FLOPs = 3 x the forward GEMM FLOPs (2*M*N*K each;
 //                 backward does two GEMMs per forward GEMM). Elementwise work is not counted. MFU is
 //                 against 221 GFLOP/s per core (the AVX-512 FMA peak of this machine) x threads.
@@ -27,6 +29,7 @@
 // Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` like the other benchmarks.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -141,6 +144,13 @@ double maxrss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // kB on Linux
 }
 
+// CPU time of the whole process (all threads), for comparisons that survive a busy machine.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 int64_t minor_faults() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -165,15 +175,18 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
   };
   for (int i = 0; i < kWarmup; ++i) step();
   const int64_t os_before = memory::stats().os_allocations, faults_before = minor_faults();
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   for (auto _ : state) {
+    const double c0 = cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     step();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    cpu_times.push_back(cpu_seconds() - c0);
   }
   const double steps = double(state.iterations());
   const int64_t os_after = memory::stats().os_allocations, faults_after = minor_faults();
   std::sort(times.begin(), times.end());
+  std::sort(cpu_times.begin(), cpu_times.end());
   const double median = times.empty() ? 0 : times[times.size() / 2];
   const double tokens = double(batch.target_tokens());
   const double flops = 3 * forward_flops(config);
@@ -181,6 +194,8 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
   state.counters["GFLOP/s"] = benchmark::Counter(flops * steps * 1e-9, benchmark::Counter::kIsRate);
   state.counters["MFU%"] = benchmark::Counter(flops * steps * 100 / (kPeakPerCore * threads), benchmark::Counter::kIsRate);
   state.counters["median_ms"] = median * 1e3;
+  state.counters["min_ms"] = times.empty() ? 0 : times.front() * 1e3;
+  state.counters["cpu_ms"] = cpu_times.empty() ? 0 : cpu_times[cpu_times.size() / 2] * 1e3;
   state.counters["tok/s_median"] = median > 0 ? tokens / median : 0;
   state.counters["GFLOP_step"] = flops * 1e-9;
   state.counters["peak_rss_MiB"] = vm_hwm_mib();

@@ -8,6 +8,10 @@ namespace tapegrad::models {
 std::unique_ptr<Seq2Seq> make_transformer(const ModelConfig& config, uint64_t seed);
 std::unique_ptr<Seq2Seq> make_rnn_seq2seq(const ModelConfig& config, uint64_t seed);
 
+// nn::key_padding_mask(ids), or an undefined tensor when no id is <pad>: an all-zero additive mask
+// changes nothing, and skipping it saves expanding it to [B, H, Tq, Tk] in every attention.
+Tensor padding_mask_if_any(const Tensor& ids, DType dtype);
+
 // Index of the largest value in each row of a [N, V] tensor.
 std::vector<int32_t> argmax_rows(const Tensor& x);
 

@@ -115,7 +115,8 @@ class RnnSeq2Seq : public Seq2Seq {
     e.outputs = encoder_->forward(emb, src_len, &e.states, gen_);
     if (attention_) {
       e.keys = attn_->precompute(e.outputs);
-      e.mask = reshape(nn::key_padding_mask(src, e.outputs.dtype()), {src.size(0), src.size(1)});
+      const Tensor mask = padding_mask_if_any(src, e.outputs.dtype());
+      if (mask.defined()) e.mask = reshape(mask, {src.size(0), src.size(1)});
     }
     return e;
   }

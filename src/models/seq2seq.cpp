@@ -17,6 +17,14 @@ std::vector<int32_t> argmax_rows(const Tensor& x) {
   return out;
 }
 
+Tensor padding_mask_if_any(const Tensor& ids, DType dtype) {
+  const Tensor c = ids.contiguous();
+  const int32_t* p = c.data<int32_t>();
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    if (p[i] == data::kPad) return nn::key_padding_mask(ids, dtype);
+  return {};
+}
+
 Tensor Seq2Seq::loss(const data::Batch& batch, double label_smoothing) {
   return cross_entropy(logits(batch), batch.tgt_out, data::kPad, label_smoothing);
 }

@@ -32,7 +32,7 @@ class Transformer : public Seq2Seq {
   }
 
   Tensor logits(const data::Batch& batch) override {
-    const Tensor src_mask = nn::key_padding_mask(batch.src, dtype());
+    const Tensor src_mask = padding_mask_if_any(batch.src, dtype());
     const Tensor memory = encode(batch.src, src_mask);
     return decode(batch.tgt_in, memory, src_mask);
   }
@@ -41,7 +41,7 @@ class Transformer : public Seq2Seq {
                                                   int64_t max_len) override {
     NoGrad no_grad;
     const int64_t B = src.size(0);
-    const Tensor src_mask = nn::key_padding_mask(src, dtype());
+    const Tensor src_mask = padding_mask_if_any(src, dtype());
     const Tensor memory = encode(src, src_mask);
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
     std::vector<int32_t> prefix(static_cast<size_t>(B), data::kBos);  // [B, t+1] row-major, grown per step
@@ -79,7 +79,7 @@ class Transformer : public Seq2Seq {
       flat.insert(flat.end(), prefixes[size_t(n)].begin(), prefixes[size_t(n)].end());
     }
     const Tensor s = Tensor::from_ids(srcs, {N, S});
-    const Tensor mask = nn::key_padding_mask(s, dtype());
+    const Tensor mask = padding_mask_if_any(s, dtype());
     const Tensor lg = decode(Tensor::from_ids(flat, {N, len}), encode(s, mask), mask);
     return log_softmax(reshape(narrow(lg, 1, len - 1, 1), {N, config_.vocab_size}));
   }

@@ -38,10 +38,35 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
                      std::to_string(dim_) + "], got query=" + to_string(query.shape()) +
                      " memory=" + to_string(memory.shape()));
   const int64_t B = query.size(0), Tq = query.size(1), Tk = memory.size(1), H = heads_, dk = dim_ / heads_;
-  // Views only: heads split off the feature axis; k is laid out as k^T so GEMM reads it transposed.
-  const Tensor q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});   // [B,H,Tq,dk]
-  const Tensor kt = k_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 3, 1});  // [B,H,dk,Tk]
-  const Tensor v = v_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 1, 3});  // [B,H,Tk,dk]
+  // Projections that read the same input share one GEMM (Q, K, V for self-attention; K, V for
+  // cross-attention): the weights are stacked ([nC, C], a cheap copy per forward) and each
+  // projection is a column range of the [B, T, nC] result. Parameters stay separate, so checkpoints
+  // and names are unchanged. Views only below: heads split off the feature axis; k is laid out as
+  // k^T so GEMM reads it transposed.
+  const bool biased = q_proj->bias.defined() && k_proj->bias.defined() && v_proj->bias.defined();
+  auto project = [&](const Tensor& x, std::initializer_list<const Linear*> ps) {
+    std::vector<Tensor> ws, bs;
+    for (const Linear* p : ps) ws.push_back(p->weight), bs.push_back(p->bias);
+    return linear(x, concat(ws, 0), biased ? concat(bs, 0) : Tensor());
+  };
+  auto part = [&](const Tensor& y, int i, int64_t T) { return narrow(y, 2, i * dim_, dim_).reshape({B, T, H, dk}); };
+  Tensor q, kt, v;
+  if (query.same(memory) && biased) {
+    const Tensor qkv = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B,T,3C]
+    q = part(qkv, 0, Tq).permute({0, 2, 1, 3});   // [B,H,Tq,dk]
+    kt = part(qkv, 1, Tk).permute({0, 2, 3, 1});  // [B,H,dk,Tk]
+    v = part(qkv, 2, Tk).permute({0, 2, 1, 3});   // [B,H,Tk,dk]
+  } else {
+    q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});
+    if (biased) {
+      const Tensor kv = project(memory, {k_proj.get(), v_proj.get()});  // [B,Tk,2C]
+      kt = part(kv, 0, Tk).permute({0, 2, 3, 1});
+      v = part(kv, 1, Tk).permute({0, 2, 1, 3});
+    } else {
+      kt = k_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 3, 1});
+      v = v_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 1, 3});
+    }
+  }
   const Tensor weights = softmax(matmul(q, kt), {1.0 / std::sqrt(double(dk)), mask, causal});  // [B,H,Tq,Tk]
   if (keep_weights_) last_weights_ = weights.detach().clone();
   const Tensor o = matmul(drop_->forward(weights, gen), v);                                  // [B,H,Tq,dk]

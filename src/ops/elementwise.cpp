@@ -35,7 +35,10 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
         const Tensor& x = *inputs[which];
         if (!x.requires_grad()) continue;
         if (kop == kernels::Binary::add || (kop == kernels::Binary::sub && which == 0)) {
-          accumulate_broadcast_grad(x, dy);
+          // the last reader of dy may take its storage (a residual add then copies nothing for b)
+          const bool last = which == 1 || !b.requires_grad() || kop != kernels::Binary::add;
+          if (last && x.shape() == dy.shape() && !a.same(b)) detail::accumulate_grad_take(x, dy);
+          else accumulate_broadcast_grad(x, dy);
           continue;
         }
         Tensor g = Tensor::empty(dy.shape(), dy.dtype());

@@ -55,6 +55,19 @@ inline Shape reduction_strides(const Shape& in, const Shape& out) {
   return s;
 }
 
+// t.grad += dy, where dy is the gradient an entry's backward received. When t has no gradient yet
+// and nothing but the backward loop holds dy (not retained, not shared), t takes over dy's storage
+// instead of copying it. Call it last among the readers of dy in that backward, and at most once.
+inline void accumulate_grad_take(const Tensor& t, const Tensor& dy) {
+  TensorImpl& ti = *t.impl();
+  if (!ti.grad.defined() && dy.shape() == ti.shape && dy.is_contiguous() && dy.impl_ptr().use_count() == 1 &&
+      dy.impl()->storage.use_count() == 1 && !dy.requires_grad()) {
+    ti.grad = make_view(dy, dy.shape(), dy.strides(), dy.impl()->offset);
+    return;
+  }
+  accumulate_grad(t, dy);
+}
+
 // The gradient of `t`, zero-filled if it did not exist yet, ready for kernels that accumulate.
 inline Tensor accumulation_buffer(const Tensor& t) {
   bool fresh = false;

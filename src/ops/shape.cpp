@@ -89,8 +89,15 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   }
   if (should_record({&a})) {
     record(OpKind::reshape, {a}, y, [a](const Tensor& dy) {
-      // da = dy viewed in a's shape
-      accumulate_grad(a, make_view(dy, a.shape(), contiguous_strides(a.shape()), dy.impl()->offset));
+      // da = dy viewed in a's shape. A first gradient takes over dy's storage when nothing else holds
+      // it (the tape has already dropped the output's reference), instead of copying it.
+      TensorImpl& ai = *a.impl();
+      const Tensor view = make_view(dy, a.shape(), contiguous_strides(a.shape()), dy.impl()->offset);
+      if (!ai.grad.defined() && dy.is_contiguous() && dy.impl_ptr().use_count() == 1 &&
+          dy.impl()->storage.use_count() == 2 && !dy.requires_grad())
+        ai.grad = view;  // dy's only other holder is the backward loop (not a retained grad)
+      else
+        accumulate_grad(a, view);
     });
   }
   return y;
@@ -123,10 +130,18 @@ Tensor permute(const Tensor& a, const std::vector<int>& dims) {
       const Shape cs = contiguous_strides(a.shape());
       Shape ds = dy.shape();
       for (size_t i = 0; i < norm.size(); ++i) ds[int(i)] = cs[norm[i]];
-      Tensor da = detail::accumulation_buffer(a);
+      bool fresh = false;
+      Tensor da = grad_buffer(a, &fresh);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
-        kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>(), ds.data());
+        if (fresh) {  // a new gradient: gather dy in a's order (one pass, no zero fill)
+          const Shape ys = contiguous_strides(dy.shape());
+          Shape xs = a.shape();
+          for (size_t i = 0; i < norm.size(); ++i) xs[norm[i]] = ys[int(i)];
+          kernels::copy_strided<T>(a.ndim(), a.shape().data(), dy.data<T>(), xs.data(), da.data<T>());
+        } else {
+          kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>(), ds.data());
+        }
       });
     });
   }
@@ -149,7 +164,7 @@ Tensor contiguous(const Tensor& a) {
   Tensor y = a.clone();
   if (should_record({&a})) {
     // da = dy (same shape; a's own strides do not matter for its gradient buffer)
-    record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { accumulate_grad(a, dy); });
+    record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { detail::accumulate_grad_take(a, dy); });
   }
   return y;
 }
