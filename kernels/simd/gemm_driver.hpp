@@ -230,17 +230,22 @@ struct GemmDriver {
             };
             if (pr.pack_a()) {
               // Each B panel is used by the chunk's rows back to back (from L2 after the first).
-              // Meanwhile the next chunk of transposed A is prefetched, a slice per B panel: its
-              // rows are short segments lda apart, which the hardware prefetcher does not follow.
+              // Meanwhile the next chunk of transposed A is prefetched, a few of its rows before
+              // each tile: they are short segments lda apart, which the hardware prefetcher does
+              // not follow, and a burst of hundreds of prefetches would clog the miss queue.
               const int64_t next_r0 = cp_end * MR;
               const int64_t next_rows = std::min(M, std::min(mp_hi, cp_end + chunk_panels) * MR) - next_r0;
-              const int64_t k_per_panel = ceil_div(kb, nb_panels);
-              for (int64_t jp = 0; jp < nb_panels; ++jp) {
-                if (next_rows > 0 && jp * k_per_panel < kb)
-                  prefetch_segments(pr.a + next_r0 + (k0 + jp * k_per_panel) * pr.a_cs, pr.a_cs,
-                                    std::min(k_per_panel, kb - jp * k_per_panel), next_rows);
-                for (int64_t ip = cp; ip < cp_end; ++ip) tile(ip, jp);
-              }
+              const int64_t k_per_tile = ceil_div(kb, nb_panels * (cp_end - cp));
+              int64_t k_next = 0;
+              for (int64_t jp = 0; jp < nb_panels; ++jp)
+                for (int64_t ip = cp; ip < cp_end; ++ip) {
+                  if (next_rows > 0 && k_next < kb) {
+                    const int64_t count = std::min(k_per_tile, kb - k_next);
+                    prefetch_segments(pr.a + next_r0 + (k0 + k_next) * pr.a_cs, pr.a_cs, count, next_rows);
+                    k_next += count;
+                  }
+                  tile(ip, jp);
+                }
             } else {
               // MR rows of A stay in L1 while the B panels stream past.
               for (int64_t ip = cp; ip < cp_end; ++ip)
