@@ -33,13 +33,19 @@ class RnnSeq2Seq : public Seq2Seq {
       const Tensor h = decoder_->forward(emb, {}, &enc.states, gen_);
       return out_proj_->forward(drop_->forward(h, gen_));
     }
-    const int64_t B = batch.batch_size(), T = batch.tgt_in.size(1);
+    const int64_t B = batch.batch_size(), T = batch.tgt_in.size(1), E = config_.d_model, H = config_.hidden;
     std::vector<Tensor> outs, maps;
-    Tensor feed = Tensor::zeros({B, config_.hidden}, emb.dtype());
+    Tensor feed = Tensor::zeros({B, H}, emb.dtype());
+    // Layer 0's input is [embedding; feed]: its projection splits into the embedding half, one GEMM
+    // for all T steps, and the feed half, the only part that has to wait for the previous step.
+    const nn::RnnCell& cell0 = *decoder_->cells[0];
+    const Tensor emb_proj = linear(emb, narrow(cell0.w_ih, 1, 0, E), cell0.b_ih);  // [B, T, G*H]
+    const Tensor w_feed = contiguous(narrow(cell0.w_ih, 1, E, H));                  // [G*H, H], once
     for (int64_t t = 0; t < T; ++t) {
-      const Tensor x = concat({reshape(narrow(emb, 1, t, 1), {B, -1}), feed}, 1);
+      const Tensor xe = reshape(narrow(emb_proj, 1, t, 1), {B, -1});  // a view
+      const Tensor xp0 = t == 0 ? xe : add(xe, linear(feed, w_feed));  // feed is 0 at t = 0
       Tensor w;
-      feed = attend(decoder_->step(x, enc.states, gen_), enc, keep_ ? &w : nullptr);
+      feed = attend(decoder_->step_projected(xp0, enc.states, gen_), enc, keep_ ? &w : nullptr);
       outs.push_back(feed);
       if (keep_) maps.push_back(w.detach());
     }

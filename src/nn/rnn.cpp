@@ -115,10 +115,14 @@ Tensor RnnStack::forward(const Tensor& x, const std::vector<int64_t>& lengths, s
 }
 
 Tensor RnnStack::step(const Tensor& x, std::vector<RnnState>& states, Generator& gen) {
-  Tensor h = x;
+  return step_projected(cells[0]->project_inputs(x), states, gen);
+}
+
+Tensor RnnStack::step_projected(const Tensor& xp0, std::vector<RnnState>& states, Generator& gen) {
+  Tensor h;
   for (size_t l = 0; l < cells.size(); ++l) {
     if (l > 0) h = drop_->forward(h, gen);
-    states[l] = cells[l]->step(cells[l]->project_inputs(h), states[l]);
+    states[l] = cells[l]->step(l == 0 ? xp0 : cells[l]->project_inputs(h), states[l]);
     h = states[l].h;
   }
   return h;

@@ -52,6 +52,9 @@ class RnnStack : public Module {
                  Generator& gen);
   // A single step for all layers (decoding): x [B, I] -> top h [B, H]; states updated in place.
   Tensor step(const Tensor& x, std::vector<RnnState>& states, Generator& gen);
+  // The same step from layer 0's already projected input xp0 [B, G*H] (x W_ih^T + b_ih computed by
+  // the caller, e.g. partly for all time steps at once).
+  Tensor step_projected(const Tensor& xp0, std::vector<RnnState>& states, Generator& gen);
   std::vector<RnnState> initial_states(int64_t batch, DType dtype) const;
   std::vector<std::shared_ptr<RnnCell>> cells;
   CellKind kind() const { return kind_; }
