@@ -59,16 +59,6 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   }
 }
 
-// Prefetches `count` segments of `width` elements, `ld` apart, into the cache.
-template <class T>
-inline void prefetch_segments(const T* p, int64_t ld, int64_t count, int64_t width) {
-  for (int64_t r = 0; r < count; ++r) {
-    const char* first = reinterpret_cast<const char*>(p + r * ld);
-    const char* last = reinterpret_cast<const char*>(p + r * ld + width) - 1;
-    for (const char* q = first; q < last + 64; q += 64) __builtin_prefetch(std::min(q, last), 0, 3);
-  }
-}
-
 // The even split of n items over parts: [begin, end) of part p.
 inline int64_t split_begin(int64_t n, int parts, int p) {
   return n * p / parts;
@@ -230,22 +220,8 @@ struct GemmDriver {
             };
             if (pr.pack_a()) {
               // Each B panel is used by the chunk's rows back to back (from L2 after the first).
-              // Meanwhile the next chunk of transposed A is prefetched, a few of its rows before
-              // each tile: they are short segments lda apart, which the hardware prefetcher does
-              // not follow, and a burst of hundreds of prefetches would clog the miss queue.
-              const int64_t next_r0 = cp_end * MR;
-              const int64_t next_rows = std::min(M, std::min(mp_hi, cp_end + chunk_panels) * MR) - next_r0;
-              const int64_t k_per_tile = ceil_div(kb, nb_panels * (cp_end - cp));
-              int64_t k_next = 0;
               for (int64_t jp = 0; jp < nb_panels; ++jp)
-                for (int64_t ip = cp; ip < cp_end; ++ip) {
-                  if (next_rows > 0 && k_next < kb) {
-                    const int64_t count = std::min(k_per_tile, kb - k_next);
-                    prefetch_segments(pr.a + next_r0 + (k0 + k_next) * pr.a_cs, pr.a_cs, count, next_rows);
-                    k_next += count;
-                  }
-                  tile(ip, jp);
-                }
+                for (int64_t ip = cp; ip < cp_end; ++ip) tile(ip, jp);
             } else {
               // MR rows of A stay in L1 while the B panels stream past.
               for (int64_t ip = cp; ip < cp_end; ++ip)
