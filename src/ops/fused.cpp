@@ -4,6 +4,8 @@
 // one tape entry instead of ten, no intermediate tensors kept alive, and for the attention scores no
 // [B, S, A] activation saved at all (backward recomputes tanh chunk by chunk in cache). The
 // transcendental functions go through the vectorised unary kernels; the rest is plain loops.
+#include <omp.h>
+
 #include <algorithm>
 
 #include "op_util.hpp"
@@ -18,6 +20,28 @@ namespace {
 bool rows_contiguous(const Tensor& t) { return t.ndim() == 2 && (t.strides()[1] == 1 || t.size(1) == 1); }
 Tensor with_contiguous_rows(const Tensor& t) { return rows_contiguous(t) ? t : t.clone(); }
 int64_t row_stride(const Tensor& t) { return t.size(0) > 1 ? t.strides()[0] : t.size(1); }
+
+// Runs body(i0, i1, thread) over [0, n) split into one contiguous range per thread: a team only when
+// there is enough work, since the kernels called inside (on a thread's small slices) then run on
+// one thread each instead of forking their own team for every call.
+template <class F>
+void parallel_rows(int64_t n, int64_t work, F&& body) {
+  const int nt = work >= (int64_t(1) << 16) ? int(std::min<int64_t>(kernels::num_threads(), n)) : 1;
+  if (nt <= 1) {
+    if (n > 0) body(int64_t(0), n, 0);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    if (i0 < i1) body(i0, i1, t);
+  }
+}
+
+int team_size(int64_t n, int64_t work) {
+  return work >= (int64_t(1) << 16) ? int(std::min<int64_t>(kernels::num_threads(), std::max<int64_t>(n, 1))) : 1;
+}
 
 // Gradient buffer of `t` and whether it must be overwritten (fresh) rather than added to.
 template <class T>
@@ -46,17 +70,20 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
     using T = decltype(zero);
     const T *x = xp.data<T>(), *p = hp.data<T>(), *hv = h.data<T>();
     T *g = rz.data<T>(), *nn = n.data<T>(), *out = y.data<T>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < 2 * H; ++i) g[b * 2 * H + i] = x[b * xs + i] + p[b * ps + i];
-    kernels::unary<T>(kernels::Unary::sigmoid, B * 2 * H, g, g);  // r | z
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < H; ++i) nn[b * H + i] = x[b * xs + 2 * H + i] + g[b * 2 * H + i] * p[b * ps + 2 * H + i];
-    kernels::unary<T>(kernels::Unary::tanh, B * H, nn, nn);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < H; ++i) {
-        const T z = g[b * 2 * H + H + i], nv = nn[b * H + i];
-        out[b * H + i] = nv + z * (hv[b * H + i] - nv);  // (1 - z) n + z h
-      }
+    parallel_rows(B, B * H * 16, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t i = 0; i < 2 * H; ++i) g[b * 2 * H + i] = x[b * xs + i] + p[b * ps + i];
+      kernels::unary<T>(kernels::Unary::sigmoid, (b1 - b0) * 2 * H, g + b0 * 2 * H, g + b0 * 2 * H);  // r | z
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t i = 0; i < H; ++i)
+          nn[b * H + i] = x[b * xs + 2 * H + i] + g[b * 2 * H + i] * p[b * ps + 2 * H + i];
+      kernels::unary<T>(kernels::Unary::tanh, (b1 - b0) * H, nn + b0 * H, nn + b0 * H);
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t i = 0; i < H; ++i) {
+          const T z = g[b * 2 * H + H + i], nv = nn[b * H + i];
+          out[b * H + i] = nv + z * (hv[b * H + i] - nv);  // (1 - z) n + z h
+        }
+    });
   });
   if (should_record({&xp_in, &hp_in, &h_in})) {
     record(OpKind::gru_cell, {xp_in, hp_in, h_in}, y, [xp_in, hp_in, h_in, hp, h, rz, n, B, H, ps](const Tensor& dy) {
@@ -70,7 +97,8 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
         T* dxp = xp_in.requires_grad() ? grad_target<T>(xp_in, &dxp_t, &fx) : nullptr;
         T* dhp = hp_in.requires_grad() ? grad_target<T>(hp_in, &dhp_t, &fp) : nullptr;
         T* dh = h_in.requires_grad() ? grad_target<T>(h_in, &dh_t, &fh) : nullptr;
-        for (int64_t b = 0; b < B; ++b) {
+        parallel_rows(B, B * H * 8, [&](int64_t b_begin, int64_t b_end, int) {
+        for (int64_t b = b_begin; b < b_end; ++b) {
           const T* gr = g + b * 2 * H;
           T* gx = dxp ? dxp + b * 3 * H : nullptr;
           T* gp = dhp ? dhp + b * 3 * H : nullptr;
@@ -92,6 +120,7 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
             if (dh) dh[b * H + i] = fh ? dv * z : dh[b * H + i] + dv * z;
           }
         }
+        });
       });
     });
   }
@@ -122,10 +151,13 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
   };
   visit_float(keys.dtype(), "additive_score", [&](auto zero) {
     using T = decltype(zero);
-    Tensor tmp = Tensor::empty({2, bc, S, A}, keys.dtype());
-    T* t = tmp.data<T>();
+    const int64_t chunks = (B + bc - 1) / bc;
+    const int nt = team_size(chunks, B * S * A);
+    Tensor tmp = Tensor::empty({nt, 2, bc, S, A}, keys.dtype());
+    parallel_rows(chunks, B * S * A, [&](int64_t c0, int64_t c1, int th) {
+    T* t = tmp.data<T>() + th * 2 * bc * S * A;
     T* tv = t + bc * S * A;
-    for (int64_t b0 = 0; b0 < B; b0 += bc) {
+    for (int64_t b0 = c0 * bc; b0 < std::min(B, c1 * bc); b0 += bc) {
       const int64_t rows = std::min(bc, B - b0);
       tanh_chunk(t, keys.data<T>(), query.data<T>(), b0, rows);
       // scores[b, s] = tanh(..)[b, s, :] . v  (a row-broadcast multiply and row sums: ~3x a GEMV here)
@@ -133,6 +165,7 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
       kernels::binary<T>(kernels::Binary::mul, 2, shape, t, ts, v.data<T>(), vs, tv);
       kernels::sum_axis<T>(rows * S, A, 1, tv, y.data<T>() + b0 * S);
     }
+    });
   });
   if (should_record({&keys_in, &query_in, &v_in})) {
     record(OpKind::additive_score, {keys_in, query_in, v_in}, y,
@@ -145,18 +178,25 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
                T* dk = keys_in.requires_grad() ? grad_target<T>(keys_in, &dk_t, &fk) : nullptr;
                T* dq = query_in.requires_grad() ? grad_target<T>(query_in, &dq_t, &fq) : nullptr;
                T* dv = v_in.requires_grad() ? grad_target<T>(v_in, &dv_t, &fv) : nullptr;
-               Tensor tmp = Tensor::empty({3, bc, S, A}, dy.dtype());
-               T* t = tmp.data<T>();
+               // Chunks run in parallel; each writes its own dv row, summed in chunk order afterwards
+               // (the result does not depend on the thread count).
+               const int64_t chunks = (B + bc - 1) / bc;
+               const int nt = team_size(chunks, B * S * A);
+               Tensor tmp = Tensor::empty({nt, 3, bc, S, A}, dy.dtype());
+               Tensor cols = Tensor::empty({nt, bc, A}, dy.dtype());
+               Tensor dv_rows = dv ? Tensor::empty({chunks, A}, dy.dtype()) : Tensor();
+               const T* d = dy.data<T>();
+               parallel_rows(chunks, B * S * A, [&](int64_t c0, int64_t c1, int th) {
+               T* t = tmp.data<T>() + th * 3 * bc * S * A;
                T* u = t + bc * S * A;
                T* g = u + bc * S * A;
-               Tensor col = Tensor::empty({bc, A}, dy.dtype());
-               const T* d = dy.data<T>();
-               for (int64_t b0 = 0; b0 < B; b0 += bc) {
-                 const int64_t rows = std::min(bc, B - b0), n = rows * S * A;
+               T* col = cols.data<T>() + th * bc * A;
+               for (int64_t c = c0; c < c1; ++c) {
+                 const int64_t b0 = c * bc, rows = std::min(bc, B - b0), n = rows * S * A;
                  tanh_chunk(t, keys.data<T>(), query.data<T>(), b0, rows);
-                 if (dv)  // dv[1, A] += dy[1, rows*S] @ t[rows*S, A]
-                   kernels::gemm<T>(false, false, 1, A, rows * S, T(1), d + b0 * S, rows * S, t, A,
-                                    fv && b0 == 0 ? T(0) : T(1), dv, A);
+                 if (dv)  // dv_c[1, A] = dy[1, rows*S] @ t[rows*S, A]
+                   kernels::gemm<T>(false, false, 1, A, rows * S, T(1), d + b0 * S, rows * S, t, A, T(0),
+                                    dv_rows.data<T>() + c * A, A);
                  if (!dk && !dq) continue;
                  // u = dy[b,s] v[a];  g = u (1 - t^2)
                  const int64_t shape[2] = {rows * S, A}, ds[2] = {1, 0}, vs[2] = {0, 1};
@@ -165,8 +205,17 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
                  kernels::unary_backward<T>(kernels::Unary::tanh, n, t, t, u, g);
                  if (dk) kernels::affine<T>(n, g, T(1), T(0), dk + b0 * S * A, !fk);
                  if (dq) {
-                   kernels::sum_axis<T>(rows, S, A, g, col.data<T>());
-                   kernels::affine<T>(rows * A, col.data<T>(), T(1), T(0), dq + b0 * A, !fq);
+                   kernels::sum_axis<T>(rows, S, A, g, col);
+                   kernels::affine<T>(rows * A, col, T(1), T(0), dq + b0 * A, !fq);
+                 }
+               }
+               });
+               if (dv) {
+                 const T* r = dv_rows.data<T>();
+                 for (int64_t a = 0; a < A; ++a) {
+                   T s = fv ? T(0) : dv[a];
+                   for (int64_t c = 0; c < chunks; ++c) s += r[c * A + a];
+                   dv[a] = s;
                  }
                }
              });
