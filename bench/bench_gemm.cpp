@@ -8,8 +8,9 @@
 // transpose combination (nt and tn are the two products of matmul's backward), 1 and 2 threads.
 // Also gemm_batched/<impl>/nn/<batch>x<M>x<K>x<N>/omp:<t> for attention-sized batches (OpenBLAS
 // runs a loop of sgemm calls there: it has no batched interface).
-// Before a tapegrad row is timed, its result is checked against float64 dot products on every
-// element of the first and last rows and columns and 512 random ones; a wrong result aborts.
+// Before a tapegrad row is timed, its result (C first filled with NaN, beta = 0) is checked against
+// float64 dot products on every element of the first and last rows and columns and 512 random
+// ones (batched: of three matrices); a wrong result aborts.
 // Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`: those force OpenBLAS onto a slower kernel.
 #include <benchmark/benchmark.h>
 
@@ -130,12 +131,16 @@ void bench_tapegrad(benchmark::State& state, Op op, Shape s, int threads) {
 void bench_tapegrad_batched(benchmark::State& state, int64_t batch, Shape s, int threads) {
   k::set_num_threads(threads);
   Buffers& b = buffers(batch, s);
-  timed_loop(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K), [&] {
+  auto run = [&] {
     k::gemm_batched<float>(batch, false, false, s.M, s.N, s.K, 1.f, b.A.data(), s.K, s.M * s.K, b.B.data(),
                            s.N, s.K * s.N, 0.f, b.C.data(), s.N, s.M * s.N);
-  });
-  verify("tapegrad batched (last matrix)", Op{false, false}, s, b.A.data() + (batch - 1) * s.M * s.K,
-         b.B.data() + (batch - 1) * s.K * s.N, b.C.data() + (batch - 1) * s.M * s.N);
+  };
+  std::fill(b.C.begin(), b.C.end(), std::numeric_limits<float>::quiet_NaN());
+  run();
+  for (int64_t i : {int64_t(0), batch / 2, batch - 1})
+    verify("tapegrad batched", Op{false, false}, s, b.A.data() + i * s.M * s.K, b.B.data() + i * s.K * s.N,
+           b.C.data() + i * s.M * s.N);
+  timed_loop(state, 2.0 * double(batch) * double(s.M) * double(s.N) * double(s.K), run);
 }
 
 #ifdef TAPEGRAD_HAVE_OPENBLAS
