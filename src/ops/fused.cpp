@@ -97,29 +97,47 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
         T* dxp = xp_in.requires_grad() ? grad_target<T>(xp_in, &dxp_t, &fx) : nullptr;
         T* dhp = hp_in.requires_grad() ? grad_target<T>(hp_in, &dhp_t, &fp) : nullptr;
         T* dh = h_in.requires_grad() ? grad_target<T>(h_in, &dh_t, &fh) : nullptr;
-        parallel_rows(B, B * H * 8, [&](int64_t b_begin, int64_t b_end, int) {
-        for (int64_t b = b_begin; b < b_end; ++b) {
-          const T* gr = g + b * 2 * H;
-          T* gx = dxp ? dxp + b * 3 * H : nullptr;
-          T* gp = dhp ? dhp + b * 3 * H : nullptr;
-          for (int64_t i = 0; i < H; ++i) {
-            const T dv = d[b * H + i], r = gr[i], z = gr[H + i], nv = nn[b * H + i], hn = p[b * ps + 2 * H + i];
-            const T da_n = dv * (T(1) - z) * (T(1) - nv * nv);
-            const T da_r = da_n * hn * r * (T(1) - r);
-            const T da_z = dv * (hv[b * H + i] - nv) * z * (T(1) - z);
-            if (gx) {
-              gx[i] = fx ? da_r : gx[i] + da_r;
-              gx[H + i] = fx ? da_z : gx[H + i] + da_z;
-              gx[2 * H + i] = fx ? da_n : gx[2 * H + i] + da_n;
+        // Per row: the three gate gradients and dh into a scratch row (one branch-free, vectorisable
+        // loop), then written or added to each destination with a plain loop.
+        Tensor scratch = Tensor::empty({kernels::num_threads(), 4, H}, dy.dtype());
+        parallel_rows(B, B * H * 8, [&](int64_t b_begin, int64_t b_end, int th) {
+          T* __restrict ar = scratch.data<T>() + th * 4 * H;
+          T* __restrict az = ar + H;
+          T* __restrict an = az + H;
+          T* __restrict ahd = an + H;
+          auto put = [H](T* __restrict dst, const T* __restrict src, bool fresh) {
+            if (fresh)
+              for (int64_t i = 0; i < H; ++i) dst[i] = src[i];
+            else
+              for (int64_t i = 0; i < H; ++i) dst[i] += src[i];
+          };
+          for (int64_t b = b_begin; b < b_end; ++b) {
+            const T* __restrict gr = g + b * 2 * H;
+            const T* __restrict dr = d + b * H;
+            const T* __restrict nr = nn + b * H;
+            const T* __restrict hr = hv + b * H;
+            const T* __restrict pn = p + b * ps + 2 * H;
+            for (int64_t i = 0; i < H; ++i) {
+              const T dv = dr[i], r = gr[i], z = gr[H + i], nv = nr[i];
+              const T da_n = dv * (T(1) - z) * (T(1) - nv * nv);
+              an[i] = da_n;
+              ar[i] = da_n * pn[i] * r * (T(1) - r);
+              az[i] = dv * (hr[i] - nv) * z * (T(1) - z);
+              ahd[i] = dv * z;
             }
-            if (gp) {
-              gp[i] = fp ? da_r : gp[i] + da_r;
-              gp[H + i] = fp ? da_z : gp[H + i] + da_z;
-              gp[2 * H + i] = fp ? da_n * r : gp[2 * H + i] + da_n * r;
+            if (dxp) {
+              put(dxp + b * 3 * H, ar, fx);
+              put(dxp + b * 3 * H + H, az, fx);
+              put(dxp + b * 3 * H + 2 * H, an, fx);
             }
-            if (dh) dh[b * H + i] = fh ? dv * z : dh[b * H + i] + dv * z;
+            if (dhp) {
+              put(dhp + b * 3 * H, ar, fp);
+              put(dhp + b * 3 * H + H, az, fp);
+              for (int64_t i = 0; i < H; ++i) an[i] *= gr[i];  // dhp_n = da_n r
+              put(dhp + b * 3 * H + 2 * H, an, fp);
+            }
+            if (dh) put(dh + b * H, ahd, fh);
           }
-        }
         });
       });
     });
