@@ -11,7 +11,8 @@ no padding, dropout 0, no clipping.
                  stepped over time with input feeding ([embedding; previous attentional vector]),
                  additive attention v^T tanh(W_q h + W_k enc), combine tanh(W_c [h; ctx]), output Linear.
 Each (model, threads) runs in its own child process, so its peak RSS (ru_maxrss) is its own; each
-reports the median of 30 timed steps after 5 warm-up steps, at torch.set_num_threads(1) and (2).
+reports the median of 30 timed steps after 5 warm-up steps (and the fastest step, and the median CPU
+time of a step over all threads), at torch.set_num_threads(1) and (2).
 
 Use Debian's PyTorch (python3-torch, 1.13) through /usr/bin/python3, and the OpenMP build of OpenBLAS
 (libopenblas0-openmp): the default pthreads build fights torch's OpenMP threads at 2 threads. The
@@ -126,17 +127,19 @@ def run_one(name, threads, steps, warmup):
 
     for _ in range(warmup):
         step()
-    times = []
+    times, cpu = [], []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     blas = sorted({line.split()[-1] for line in open("/proc/self/maps") if "blas" in line and ".so" in line})
     return {
         "model": name,
         "threads": threads,
         "median_ms": statistics.median(times) * 1e3,
         "min_ms": min(times) * 1e3,
+        "cpu_ms": statistics.median(cpu) * 1e3,
         "tokens_per_s": B * T / statistics.median(times),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "torch": torch.__version__,
@@ -177,9 +180,9 @@ def main():
         return
     print(f"PyTorch {rows[0]['torch']}, BLAS {', '.join(rows[0]['blas'])}; median of {a.steps} steps "
           f"after {a.warmup} warm-up; {B * T} target tokens per step")
-    print(f"{'model':<15}{'threads':>8}{'ms/step':>10}{'min ms':>9}{'tokens/s':>11}{'peak RSS MiB':>14}")
+    print(f"{'model':<15}{'threads':>8}{'ms/step':>10}{'min ms':>9}{'cpu ms':>9}{'tokens/s':>11}{'peak RSS MiB':>14}")
     for r in rows:
-        print(f"{r['model']:<15}{r['threads']:>8}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}"
+        print(f"{r['model']:<15}{r['threads']:>8}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}{r['cpu_ms']:>9.1f}"
               f"{r['tokens_per_s']:>11.0f}{r['peak_rss_mib']:>14.0f}")
 
 
