@@ -240,9 +240,9 @@ void pack_b(int64_t kc, int64_t nb, const T* src, int64_t ks, int64_t js, T* dst
 }
 
 // Rows [r0, r1) of a transposed A block of depth kc, element (i, k) at src[k*lda + i], into a
-// row-major block: dst[i*ps + k]. r0 is a multiple of W (the team splits the rows in such units).
-// W stored rows (k) at a time across the whole row range, so the reads are W sequential streams;
-// i outer would read one cache line from each of kc rows, each on its own page when lda is large.
+// row-major block: dst[i*ps + k]. W stored rows (k) at a time across the whole row range, so the
+// reads are W sequential streams; i outer would read one cache line from each of kc rows, each on
+// its own page when lda is large.
 template <class Arch, class T>
 void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t lda, T* dst, int64_t ps) {
   using V = xsimd::batch<T, Arch>;
