@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 #include <string_view>
 #include <type_traits>
@@ -179,10 +180,12 @@ class TeamBarrier {
 // a core: with compilers running, a two-thread 128^3 GEMM (20 us of work) took 14 ms, where
 // OpenBLAS merely fell to one thread's speed. So every team run records the time it lost against a
 // perfectly parallel run (TeamRun), and a GEMM takes a team only when half its one-thread time
-// exceeds that estimate. The estimate halves every 200 ms without news, so after the machine
-// quietens small GEMMs go back to teams within about two seconds; under lasting load that costs
-// one slow call per such period. TAPEGRAD_GEMM_TEAM=always skips the estimate (tests use it to
-// exercise the team code whatever the load).
+// exceeds the estimate: the median of the last five losses, so that one outlier (the first run,
+// which starts the threads and first-touches their buffers, or one preemption) does not switch
+// teams off, while lasting contention does. The estimate halves every 200 ms without news, so
+// after the machine quietens small GEMMs go back to teams within about two seconds; under lasting
+// load that costs a few slow calls per such period. TAPEGRAD_GEMM_TEAM=always skips the estimate
+// (tests use it to exercise the team code whatever the load).
 class TeamCost {
  public:
   using Clock = std::chrono::steady_clock;
@@ -199,27 +202,36 @@ class TeamCost {
   // keep a quiet machine from ever using teams for small GEMMs (256^3 ran at 0.84x OpenBLAS).
   void record(Clock::time_point start, double lost_us, double wake_us) {
     const auto now = Clock::now();
-    const bool warm = micros(start - Clock::time_point(Clock::duration(last_end_.load(relaxed)))) < 4000.0;
-    const double sample = std::clamp(lost_us - (warm ? 0.0 : wake_us), 0.0, 1e6);
-    ema_us_.store(0.5 * estimate_us(now) + 0.5 * sample, relaxed);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool warm = micros(start - last_end_) < 4000.0;
+    last_end_ = now;
+    recent_[next_++ % kRecent] = std::clamp(lost_us - (warm ? 0.0 : wake_us), 0.0, 1e6);
+    double sorted[kRecent];
+    std::copy(recent_, recent_ + kRecent, sorted);
+    std::nth_element(sorted, sorted + kRecent / 2, sorted + kRecent);
+    median_us_.store(sorted[kRecent / 2], relaxed);
     stamp_.store(now.time_since_epoch().count(), relaxed);
-    last_end_.store(now.time_since_epoch().count(), relaxed);
   }
 
   double estimate_us(Clock::time_point now) const {
     const double age_ms = micros(now - Clock::time_point(Clock::duration(stamp_.load(relaxed)))) * 1e-3;
-    return std::max(kFloorUs, ema_us_.load(relaxed) * std::exp2(-age_ms / 200.0));
+    return std::max(kFloorUs, median_us_.load(relaxed) * std::exp2(-age_ms / 200.0));
   }
 
  private:
   static constexpr auto relaxed = std::memory_order_relaxed;
   static constexpr double kFloorUs = 3.0;
+  static constexpr int kRecent = 5;
   const bool always_ = [] {
     const char* v = std::getenv("TAPEGRAD_GEMM_TEAM");
     return v && std::string_view(v) == "always";
   }();
-  std::atomic<double> ema_us_{5.0};
-  std::atomic<Clock::rep> stamp_{0}, last_end_{0};
+  std::atomic<double> median_us_{kFloorUs};
+  std::atomic<Clock::rep> stamp_{0};
+  std::mutex mutex_;  // guards the rest: one lock per team run
+  double recent_[kRecent] = {kFloorUs, kFloorUs, kFloorUs, kFloorUs, kFloorUs};
+  unsigned next_ = 0;
+  Clock::time_point last_end_{};
 };
 
 inline TeamCost& team_cost() {
