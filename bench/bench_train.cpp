@@ -26,7 +26,11 @@
 //   page_faults_per_step  minor page faults (getrusage) per timed step: first touches of fresh pages
 //                 from anywhere in the process, the allocator's or not.
 // Three warm-up steps run before timing (they fill the allocator's free lists).
-// Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` like the other benchmarks.
+// Run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` like the other benchmarks. On a shared
+// machine compare min_ms (and medians) of runs taken side by side with bench/torch_train.py: the
+// 2-thread rows are very sensitive to other processes, because libgomp's default active wait spins
+// at every barrier while the other thread waits for a core (with a load of ~2 on 2 cores we saw the
+// Transformer step at 595 ms with the default policy and 106 ms with OMP_WAIT_POLICY=passive).
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <time.h>
