@@ -64,6 +64,8 @@ KernelTable reference_table() {
   t.layer_norm_backward = ref::layer_norm_backward<float>;
   t.embedding = ref::embedding<float>;
   t.embedding_backward = ref::embedding_backward<float>;
+  t.additive_score = ref::additive_score<float>;
+  t.additive_score_backward = ref::additive_score_backward<float>;
   t.adam_update = ref::adam_update<float>;
   return t;
 }
@@ -92,6 +94,8 @@ KernelTable complete(KernelTable t, const KernelTable& fallback) {
   TG_FILL(layer_norm_backward);
   TG_FILL(embedding);
   TG_FILL(embedding_backward);
+  TG_FILL(additive_score);
+  TG_FILL(additive_score_backward);
   TG_FILL(adam_update);
 #undef TG_FILL
   return t;
@@ -338,6 +342,15 @@ void embedding_backward(int64_t n, int64_t dim, const int32_t* ids, const T* dy,
   TG_ROUTE(embedding_backward, n, dim, ids, dy, dtable)
 }
 template <class T>
+void additive_score(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v, T* scores) {
+  TG_ROUTE(additive_score, B, S, A, keys, query, v, scores)
+}
+template <class T>
+void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v,
+                             const T* dscores, T* dkeys, T* dquery, T* dv) {
+  TG_ROUTE(additive_score_backward, B, S, A, keys, query, v, dscores, dkeys, dquery, dv)
+}
+template <class T>
 void adam_update(int64_t n, T* param, const T* grad, T* m, T* v, const AdamParams& p) {
   TG_ROUTE(adam_update, n, param, grad, m, v, p)
 }
@@ -393,6 +406,9 @@ double uniform_at(uint64_t seed, uint64_t counter) {
                                        T*, T*);                                                                  \
   template void embedding<T>(int64_t, int64_t, const T*, const int32_t*, T*);                                    \
   template void embedding_backward<T>(int64_t, int64_t, const int32_t*, const T*, T*);                           \
+  template void additive_score<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*);                  \
+  template void additive_score_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, T*, \
+                                           T*, T*);                                                              \
   template void adam_update<T>(int64_t, T*, const T*, T*, T*, const AdamParams&);                                \
   template void dropout<T>(int64_t, const T*, double, uint64_t, T*, uint8_t*);
 

@@ -184,6 +184,20 @@ template <class T>
 void embedding_backward(int64_t n, int64_t dim, const int32_t* ids, const T* dy, T* dtable);
 
 // ---------------------------------------------------------------------------------------------
+// Additive (Bahdanau) attention scores, fused: keys [B, S, A], query [B, A], v [A], all contiguous.
+
+// scores[b, s] = sum_a v[a] tanh(keys[b, s, a] + query[b, a])
+template <class T>
+void additive_score(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v, T* scores);
+// Its backward for dscores [B, S], t = tanh(keys + query) recomputed, g = dscores[b, s] v (1 - t^2):
+// dkeys[b, s, :] += g;  dquery[b, :] += sum_s g;  dv += sum_{b,s} dscores[b, s] t[b, s, :].
+// Accumulates; any output may be null to skip it. dv is summed over b in order, so it does not
+// depend on the thread count.
+template <class T>
+void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v,
+                             const T* dscores, T* dkeys, T* dquery, T* dv);
+
+// ---------------------------------------------------------------------------------------------
 // Optimizer updates (in place).
 
 struct AdamParams {

@@ -43,6 +43,9 @@ struct KernelTable {
                               const float*, float*, float*, float*) = nullptr;
   void (*embedding)(int64_t, int64_t, const float*, const int32_t*, float*) = nullptr;
   void (*embedding_backward)(int64_t, int64_t, const int32_t*, const float*, float*) = nullptr;
+  void (*additive_score)(int64_t, int64_t, int64_t, const float*, const float*, const float*, float*) = nullptr;
+  void (*additive_score_backward)(int64_t, int64_t, int64_t, const float*, const float*, const float*, const float*,
+                                  float*, float*, float*) = nullptr;
   void (*adam_update)(int64_t, float*, const float*, float*, float*, const AdamParams&) = nullptr;
 };
 

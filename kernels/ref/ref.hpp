@@ -412,6 +412,35 @@ void embedding_backward(int64_t n, int64_t dim, const int32_t* ids, const T* dy,
 }
 
 // ----------------------------------------------------------------------------------------------
+// Additive attention scores
+
+template <class T>
+void additive_score(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v, T* scores) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      T acc = 0;
+      for (int64_t a = 0; a < A; ++a) acc += v[a] * std::tanh(keys[(b * S + s) * A + a] + query[b * A + a]);
+      scores[b * S + s] = acc;
+    }
+}
+
+template <class T>
+void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, const T* query, const T* v,
+                             const T* dscores, T* dkeys, T* dquery, T* dv) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      const T ds = dscores[b * S + s];
+      for (int64_t a = 0; a < A; ++a) {
+        const T t = std::tanh(keys[(b * S + s) * A + a] + query[b * A + a]);
+        const T g = ds * v[a] * (T(1) - t * t);
+        if (dkeys) dkeys[(b * S + s) * A + a] += g;
+        if (dquery) dquery[b * A + a] += g;
+        if (dv) dv[a] += ds * t;
+      }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
 // Optimizer
 
 template <class T>

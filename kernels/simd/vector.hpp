@@ -12,8 +12,10 @@
 //   reduce.hpp       sum_to, sum_axis, sum_squares, max_axis
 //   indexing.hpp     embedding gather / scatter-add
 //   optim.hpp        Adam / AdamW
+//   attention.hpp    additive attention scores and their backward
 #pragma once
 
+#include "kernels/simd/attention.hpp"
 #include "kernels/simd/elementwise.hpp"
 #include "kernels/simd/indexing.hpp"
 #include "kernels/simd/norm.hpp"
@@ -45,6 +47,8 @@ void install_vector_kernels(KernelTable& t) {
   t.embedding = embedding_f32<Arch>;
   t.embedding_backward = embedding_backward_f32<Arch>;
   t.adam_update = adam_update_f32<Arch>;
+  t.additive_score = additive_score_f32<Arch>;
+  t.additive_score_backward = additive_score_backward_f32<Arch>;
 }
 
 }  // namespace tapegrad::kernels::simd

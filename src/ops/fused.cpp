@@ -1,9 +1,10 @@
 // Fused recurrent-model ops: the GRU gate math and additive (Bahdanau) attention scores.
 //
 // Both replace a chain of small elementwise ops that an RNN seq2seq model runs at every time step:
-// one tape entry instead of ten, no intermediate tensors kept alive, and for the attention scores no
-// [B, S, A] activation saved at all (backward recomputes tanh chunk by chunk in cache). The
-// transcendental functions go through the vectorised unary kernels; the rest is plain loops.
+// one tape entry instead of ten and no intermediate tensors kept alive. The GRU cell's
+// transcendental functions go through the vectorised unary kernels and the rest is plain loops; the
+// attention scores are one kernel each way (kernels::additive_score, which keeps no [B, S, A]
+// activation: backward recomputes tanh).
 #include <omp.h>
 
 #include <algorithm>
@@ -37,10 +38,6 @@ void parallel_rows(int64_t n, int64_t work, F&& body) {
     const int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
     if (i0 < i1) body(i0, i1, t);
   }
-}
-
-int team_size(int64_t n, int64_t work) {
-  return work >= (int64_t(1) << 16) ? int(std::min<int64_t>(kernels::num_threads(), std::max<int64_t>(n, 1))) : 1;
 }
 
 // Gradient buffer of `t` and whether it must be overwritten (fresh) rather than added to.
@@ -157,85 +154,31 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
   const Tensor keys = detail::contiguous_data(keys_in), query = detail::contiguous_data(query_in),
                v = detail::contiguous_data(v_in);
   const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2);
-  // Batch rows per chunk: a chunk's tanh values ([bc, S, A]) stay in L1/L2 between passes.
-  const int64_t bc = std::clamp<int64_t>(2048 / std::max<int64_t>(S * A, 1), 1, std::max<int64_t>(B, 1));
   Tensor y = Tensor::empty({B, S}, keys.dtype());
-  // tanh(keys[b0:b0+rows] + query[b0:b0+rows]) -> t
-  auto tanh_chunk = [S, A](auto* t, const auto* k, const auto* q, int64_t b0, int64_t rows) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
-    const int64_t shape[3] = {rows, S, A}, ks[3] = {S * A, A, 1}, qs[3] = {A, 0, 1};
-    kernels::binary<T>(kernels::Binary::add, 3, shape, k + b0 * S * A, ks, q + b0 * A, qs, t);
-    kernels::unary<T>(kernels::Unary::tanh, rows * S * A, t, t);
-  };
   visit_float(keys.dtype(), "additive_score", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t chunks = (B + bc - 1) / bc;
-    const int nt = team_size(chunks, B * S * A);
-    Tensor tmp = Tensor::empty({nt, 2, bc, S, A}, keys.dtype());
-    parallel_rows(chunks, B * S * A, [&](int64_t c0, int64_t c1, int th) {
-    T* t = tmp.data<T>() + th * 2 * bc * S * A;
-    T* tv = t + bc * S * A;
-    for (int64_t b0 = c0 * bc; b0 < std::min(B, c1 * bc); b0 += bc) {
-      const int64_t rows = std::min(bc, B - b0);
-      tanh_chunk(t, keys.data<T>(), query.data<T>(), b0, rows);
-      // scores[b, s] = tanh(..)[b, s, :] . v  (a row-broadcast multiply and row sums: ~3x a GEMV here)
-      const int64_t shape[2] = {rows * S, A}, ts[2] = {A, 1}, vs[2] = {0, 1};
-      kernels::binary<T>(kernels::Binary::mul, 2, shape, t, ts, v.data<T>(), vs, tv);
-      kernels::sum_axis<T>(rows * S, A, 1, tv, y.data<T>() + b0 * S);
-    }
-    });
+    kernels::additive_score<T>(B, S, A, keys.data<T>(), query.data<T>(), v.data<T>(), y.data<T>());
   });
   if (should_record({&keys_in, &query_in, &v_in})) {
     record(OpKind::additive_score, {keys_in, query_in, v_in}, y,
-           [keys_in, query_in, v_in, keys, query, v, B, S, A, bc, tanh_chunk](const Tensor& dy) {
-             // t = tanh(k + q);  dv = sum_{b,s} dy[b,s] t[b,s,:];  g = dy[b,s] v (1 - t^2) = dk;  dq[b] = sum_s g[b,s,:]
+           [keys_in, query_in, v_in, keys, query, v, B, S, A](const Tensor& dy) {
+             // t = tanh(k + q);  g = dy[b,s] v (1 - t^2) = dk;  dq[b] = sum_s g[b,s,:];  dv = sum_{b,s} dy[b,s] t
              visit_float(dy.dtype(), "backward", [&](auto zero) {
                using T = decltype(zero);
-               Tensor dk_t, dq_t, dv_t;
-               bool fk = false, fq = false, fv = false;
-               T* dk = keys_in.requires_grad() ? grad_target<T>(keys_in, &dk_t, &fk) : nullptr;
-               T* dq = query_in.requires_grad() ? grad_target<T>(query_in, &dq_t, &fq) : nullptr;
-               T* dv = v_in.requires_grad() ? grad_target<T>(v_in, &dv_t, &fv) : nullptr;
-               // Chunks run in parallel; each writes its own dv row, summed in chunk order afterwards
-               // (the result does not depend on the thread count).
-               const int64_t chunks = (B + bc - 1) / bc;
-               const int nt = team_size(chunks, B * S * A);
-               Tensor tmp = Tensor::empty({nt, 3, bc, S, A}, dy.dtype());
-               Tensor cols = Tensor::empty({nt, bc, A}, dy.dtype());
-               Tensor dv_rows = dv ? Tensor::empty({chunks, A}, dy.dtype()) : Tensor();
-               const T* d = dy.data<T>();
-               parallel_rows(chunks, B * S * A, [&](int64_t c0, int64_t c1, int th) {
-               T* t = tmp.data<T>() + th * 3 * bc * S * A;
-               T* u = t + bc * S * A;
-               T* g = u + bc * S * A;
-               T* col = cols.data<T>() + th * bc * A;
-               for (int64_t c = c0; c < c1; ++c) {
-                 const int64_t b0 = c * bc, rows = std::min(bc, B - b0), n = rows * S * A;
-                 tanh_chunk(t, keys.data<T>(), query.data<T>(), b0, rows);
-                 if (dv)  // dv_c[1, A] = dy[1, rows*S] @ t[rows*S, A]
-                   kernels::gemm<T>(false, false, 1, A, rows * S, T(1), d + b0 * S, rows * S, t, A, T(0),
-                                    dv_rows.data<T>() + c * A, A);
-                 if (!dk && !dq) continue;
-                 // u = dy[b,s] v[a];  g = u (1 - t^2)
-                 const int64_t shape[2] = {rows * S, A}, ds[2] = {1, 0}, vs[2] = {0, 1};
-                 kernels::binary<T>(kernels::Binary::mul, 2, shape, d + b0 * S, ds, v.data<T>(), vs, u);
-                 kernels::fill<T>(n, T(0), g);
-                 kernels::unary_backward<T>(kernels::Unary::tanh, n, t, t, u, g);
-                 if (dk) kernels::affine<T>(n, g, T(1), T(0), dk + b0 * S * A, !fk);
-                 if (dq) {
-                   kernels::sum_axis<T>(rows, S, A, g, col);
-                   kernels::affine<T>(rows * A, col, T(1), T(0), dq + b0 * A, !fq);
-                 }
-               }
-               });
-               if (dv) {
-                 const T* r = dv_rows.data<T>();
-                 for (int64_t a = 0; a < A; ++a) {
-                   T s = fv ? T(0) : dv[a];
-                   for (int64_t c = 0; c < chunks; ++c) s += r[c * A + a];
-                   dv[a] = s;
-                 }
-               }
+               // The kernel accumulates: a fresh gradient buffer starts from zero.
+               auto target = [](const Tensor& t, Tensor* keep) -> T* {
+                 if (!t.requires_grad()) return nullptr;
+                 bool fresh = false;
+                 *keep = grad_buffer(t, &fresh);
+                 if (fresh) kernels::fill<T>(keep->numel(), T(0), keep->template data<T>());
+                 return keep->template data<T>();
+               };
+               Tensor dk, dq, dv;
+               T* dkp = target(keys_in, &dk);
+               T* dqp = target(query_in, &dq);
+               T* dvp = target(v_in, &dv);
+               kernels::additive_score_backward<T>(B, S, A, keys.data<T>(), query.data<T>(), v.data<T>(),
+                                                   dy.data<T>(), dkp, dqp, dvp);
              });
            });
   }

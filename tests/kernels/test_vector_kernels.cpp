@@ -764,6 +764,73 @@ TEST_CASE("adam_update matches the reference", "[kernels][optim]") {
   });
 }
 
+TEST_CASE("additive_score forward and backward match the reference", "[kernels][attention]") {
+  // tanh from xsimd is within 4 eps of the true value (relative), so each term v t or ds v (1 - t^2)
+  // is within ~10 eps of its reference in the scale of |v| (|ds v|); sums are reordered. Limits per
+  // element, from the magnitudes of the terms (worst-case bounds, not random-walk ones):
+  //   scores[b,s]: (A + 10) eps sum_a |v_a|
+  //   dkeys: one term added: 12 eps (|dk0| + |ds v|)
+  //   dquery[b,a]: (S + 12) eps (|dq0| + sum_s |ds v_a|);  dv[a]: (B S + 12) eps (|dv0| + sum |ds|)
+  const int threads = GENERATE(1, 2);
+  const int64_t A = GENERATE(from_range(kSizes.begin(), kSizes.end()));
+  const int64_t nb = GENERATE(1, 3, 17), ns = GENERATE(1, 7, 33);
+  CAPTURE(nb, ns, A, threads);
+  const auto keys = random_vec(nb * ns * A, -2, 2, 151), query = random_vec(nb * A, -2, 2, 152),
+             v = random_vec(A, -1, 1, 153), ds = random_vec(nb * ns, -1, 1, 154);
+  const auto dk0 = random_vec(nb * ns * A, -1, 1, 155), dq0 = random_vec(nb * A, -1, 1, 156),
+             dv0 = random_vec(A, -1, 1, 157);
+  std::vector<float> s_want(size_t(nb * ns));
+  ref::additive_score<float>(nb, ns, A, keys.data(), query.data(), v.data(), s_want.data());
+  auto dk_want = dk0, dq_want = dq0, dv_want = dv0;
+  ref::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), dk_want.data(),
+                                      dq_want.data(), dv_want.data());
+  double v_abs = 0, ds_abs = 0;
+  for (float x : v) v_abs += std::abs(x);
+  for (float x : ds) ds_abs += std::abs(x);
+  std::vector<double> ds_row(size_t(nb), 0.0);  // sum_s |ds[b, s]|
+  for (int64_t i = 0; i < nb * ns; ++i) ds_row[size_t(i / ns)] += std::abs(double(ds[size_t(i)]));
+  auto s_lim = [&](size_t) { return (double(A) + 10) * kEps * v_abs; };
+  auto dk_lim = [&](size_t i) {
+    const int64_t row = int64_t(i) / std::max<int64_t>(A, 1), a = int64_t(i) % std::max<int64_t>(A, 1);
+    return 12 * kEps * (std::abs(double(dk0[i])) + std::abs(double(ds[size_t(row)]) * v[size_t(a)]));
+  };
+  auto dq_lim = [&](size_t i) {
+    const int64_t b = int64_t(i) / std::max<int64_t>(A, 1), a = int64_t(i) % std::max<int64_t>(A, 1);
+    return (double(ns) + 12) * kEps * (std::abs(double(dq0[i])) + ds_row[size_t(b)] * std::abs(v[size_t(a)]));
+  };
+  auto dv_lim = [&](size_t i) { return (double(nb * ns) + 12) * kEps * (std::abs(double(dv0[i])) + ds_abs); };
+  std::vector<float> dv_one_thread;
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> s(size_t(nb * ns), -1.0f);
+    k::additive_score<float>(nb, ns, A, keys.data(), query.data(), v.data(), s.data());
+    check_within(s, s_want, s_lim, "scores");
+    auto dk = dk0, dq = dq0, dv = dv0;
+    k::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), dk.data(),
+                                      dq.data(), dv.data());
+    check_within(dk, dk_want, dk_lim, "dkeys");
+    check_within(dq, dq_want, dq_lim, "dquery");
+    check_within(dv, dv_want, dv_lim, "dv");
+    // any subset of the outputs may be skipped, and skipping one does not change the others
+    auto dk2 = dk0, dv2 = dv0;
+    k::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), dk2.data(),
+                                      nullptr, dv2.data());
+    check_equal(dk2, dk, "dkeys (no dquery)");
+    check_equal(dv2, dv, "dv (no dquery)");
+    auto dq3 = dq0;
+    k::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), nullptr,
+                                      dq3.data(), nullptr);
+    check_equal(dq3, dq, "dquery alone");
+    // dv is summed in b order whatever the team: the same bits on 1 and 2 threads
+    std::vector<float> dv_1t = dv0;
+    {
+      Config one(k::active_isa(), 1);
+      k::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), nullptr,
+                                        nullptr, dv_1t.data());
+    }
+    check_equal(dv, dv_1t, "dv, 1 thread vs this run");
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Thread-count independence of everything that reduces across rows or blocks.
 
