@@ -241,6 +241,37 @@ void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t
     gemm<T>(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
 }
 
+template <class T>
+int64_t packed_b_size(int64_t K, int64_t N) {
+  const KernelTable& t = table();
+  const auto size = std::is_same_v<T, float> ? t.packed_b_size_f32 : t.packed_b_size_f64;
+  return size && K > 0 && N > 0 ? size(K, N) : 0;
+}
+
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, T* buffer) {
+  PackedB<T> p{trans_b, K, N, ldb, B, table().isa, nullptr};
+  if (!buffer || packed_b_size<T>(K, N) == 0) return p;
+  if constexpr (std::is_same_v<T, float>)
+    table().pack_b_f32(trans_b, K, N, B, ldb, buffer);
+  else
+    table().pack_b_f64(trans_b, K, N, B, ldb, buffer);
+  p.panels = buffer;
+  return p;
+}
+
+template <class T>
+void gemm_packed_b(bool ta, int64_t M, T alpha, const T* A, int64_t lda, const PackedB<T>& B, T beta, T* C,
+                   int64_t ldc) {
+  if (M <= 0 || B.N <= 0) return;
+  const KernelTable& t = table();
+  if (!B.panels || B.isa != t.isa) return gemm<T>(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, beta, C, ldc);
+  if constexpr (std::is_same_v<T, float>)
+    t.gemm_packed_b_f32(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, B.panels, beta, C, ldc);
+  else
+    t.gemm_packed_b_f64(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, B.panels, beta, C, ldc);
+}
+
 // Routes a kernel: float -> table entry, double -> reference template.
 #define TG_ROUTE(name, ...)                                     \
   if constexpr (std::is_same_v<T, float>) {                     \
@@ -376,6 +407,9 @@ double uniform_at(uint64_t seed, uint64_t counter) {
 }
 
 #define TG_INSTANTIATE(T)                                                                                         \
+  template int64_t packed_b_size<T>(int64_t, int64_t);                                                           \
+  template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T*, int64_t, T*);                                   \
+  template void gemm_packed_b<T>(bool, int64_t, T, const T*, int64_t, const PackedB<T>&, T, T*, int64_t);         \
   template void gemm_batched<T>(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t,   \
                                 const T*, int64_t, int64_t, T, T*, int64_t, int64_t);                            \
   template void unary<T>(Unary, int64_t, const T*, T*);                                                          \

@@ -50,6 +50,29 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// op(B) (K x N) packed once for many GEMMs that share it, such as a recurrent weight used at every
+// time step: the panels each gemm call would otherwise pack afresh. packed_b_size gives the elements
+// the packing needs (0: the active path packs nothing) and pack_b fills a caller's buffer of that
+// size (64-byte aligned). The panels belong to the instruction set active at pack_b; on another one
+// gemm_packed_b reads `source` instead. B's storage and values, and the buffer, must stay unchanged
+// while the PackedB is in use.
+template <class T>
+struct PackedB {
+  bool trans = false;
+  int64_t K = 0, N = 0, ld = 0;
+  const T* source = nullptr;
+  Isa isa = Isa::scalar;
+  const T* panels = nullptr;  // null if nothing was packed
+};
+template <class T>
+int64_t packed_b_size(int64_t K, int64_t N);
+template <class T>
+PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, T* buffer);
+// C = alpha * op(A) * op(B) + beta * C with op(B) from pack_b (M x K times B.K x B.N).
+template <class T>
+void gemm_packed_b(bool trans_a, int64_t M, T alpha, const T* A, int64_t lda, const PackedB<T>& B, T beta, T* C,
+                   int64_t ldc);
+
 // `batch` independent GEMMs; matrix i uses A + i*stride_a, B + i*stride_b, C + i*stride_c.
 // A stride of 0 broadcasts that operand over the batch.
 template <class T>

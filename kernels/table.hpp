@@ -20,6 +20,16 @@ struct KernelTable {
                            const float*, int64_t, int64_t, float, float*, int64_t, int64_t) = nullptr;
   void (*gemm_batched_f64)(int64_t, bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, int64_t,
                            const double*, int64_t, int64_t, double, double*, int64_t, int64_t) = nullptr;
+  // Packed B (kernels::pack_b): elements needed, the packing, and the GEMM that reads it (null: no
+  // packing on this path).
+  int64_t (*packed_b_size_f32)(int64_t, int64_t) = nullptr;
+  int64_t (*packed_b_size_f64)(int64_t, int64_t) = nullptr;
+  void (*pack_b_f32)(bool, int64_t, int64_t, const float*, int64_t, float*) = nullptr;
+  void (*pack_b_f64)(bool, int64_t, int64_t, const double*, int64_t, double*) = nullptr;
+  void (*gemm_packed_b_f32)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                            int64_t, const float*, float, float*, int64_t) = nullptr;
+  void (*gemm_packed_b_f64)(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                            int64_t, const double*, double, double*, int64_t) = nullptr;
   void (*unary)(Unary, int64_t, const float*, float*) = nullptr;
   void (*unary_backward)(Unary, int64_t, const float*, const float*, const float*, float*) = nullptr;
   void (*affine)(int64_t, const float*, float, float, float*, bool) = nullptr;

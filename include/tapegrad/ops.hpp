@@ -57,6 +57,24 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x [.., in] @ weight[out, in]^T + bias[out] -> [.., out] (bias may be undefined). One GEMM.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
+// While a WeightPackScope is alive on a thread, linear() packs each weight's GEMM panels once and
+// reuses them for every later call with that weight (and backward, once more for dx = dy W),
+// instead of packing them at every call: for recurrent models, which apply the same few weights
+// at every time step to a small batch, packing was ~8% of a training step. The scope keeps the
+// weights it has seen alive, so their addresses cannot be reused for other data; the weights must
+// not be modified in place while it lives (open one per forward pass, never across an optimizer
+// step). Scopes nest; only the outermost one owns the cache.
+class WeightPackScope {
+ public:
+  WeightPackScope();
+  ~WeightPackScope();
+  WeightPackScope(const WeightPackScope&) = delete;
+  WeightPackScope& operator=(const WeightPackScope&) = delete;
+
+ private:
+  bool outermost_;
+};
+
 // ---- shape ---------------------------------------------------------------------------------------
 Tensor reshape(const Tensor& a, const Shape& shape);  // one dimension may be -1
 Tensor transpose(const Tensor& a, int dim0, int dim1);

@@ -46,12 +46,37 @@ void gemm_batched_entry(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, i
                                       num_threads());
 }
 
+// Packed B always uses the ordinary tile (gemm_entry's choice of the narrow one depends on M, which
+// is not known when packing).
+template <class Arch, class T>
+int64_t packed_b_size(int64_t K, int64_t N) {
+  return gemm_detail::GemmDriver<Arch, T>::packed_size(K, N);
+}
+
+template <class Arch, class T>
+void pack_b_entry(bool tb, int64_t K, int64_t N, const T* B, int64_t ldb, T* dst) {
+  gemm_detail::GemmDriver<Arch, T>::pack_whole_b(tb, K, N, B, ldb, dst);
+}
+
+template <class Arch, class T>
+void gemm_packed_b_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                         const T* B, int64_t ldb, const T* packed, T beta, T* C, int64_t ldc) {
+  gemm_detail::GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads(),
+                                         packed);
+}
+
 template <class Arch>
 void install_gemm(KernelTable& t) {
   t.gemm_f32 = gemm_entry<Arch, float>;
   t.gemm_f64 = gemm_entry<Arch, double>;
   t.gemm_batched_f32 = gemm_batched_entry<Arch, float>;
   t.gemm_batched_f64 = gemm_batched_entry<Arch, double>;
+  t.packed_b_size_f32 = packed_b_size<Arch, float>;
+  t.packed_b_size_f64 = packed_b_size<Arch, double>;
+  t.pack_b_f32 = pack_b_entry<Arch, float>;
+  t.pack_b_f64 = pack_b_entry<Arch, double>;
+  t.gemm_packed_b_f32 = gemm_packed_b_entry<Arch, float>;
+  t.gemm_packed_b_f64 = gemm_packed_b_entry<Arch, double>;
 }
 
 }  // namespace tapegrad::kernels::simd

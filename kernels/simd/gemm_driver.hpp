@@ -86,13 +86,15 @@ struct GemmDriver {
     int64_t b_ks, b_js;
     T* c;
     int64_t ldc;
+    // op(B) already packed (see pack_whole_b), or null: then each unit packs its own B panels.
+    const T* b_packed = nullptr;
     // Transposed A is transposed into a row-major block, unless it is small enough to be read in
     // place column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= kMaxUnpackedA; }
     bool pack_a() const { return !a_in_place(); }
     // Row-major B small enough to stay in L2 is read in place: packing it would cost more than the
     // aligned, contiguous panels save (64^3: about a tenth of the run time).
-    bool pack_b() const { return b_js != 1 || K * N * int64_t(sizeof(T)) > kMaxUnpackedB; }
+    bool pack_b() const { return b_packed || b_js != 1 || K * N * int64_t(sizeof(T)) > kMaxUnpackedB; }
   };
 
   // Depth of the blocks for one problem: ceil(K / kc) blocks of equal depth rather than kc, kc, ...,
@@ -183,8 +185,13 @@ struct GemmDriver {
           const bool in_place = !pr.pack_b();
           const int64_t ldbp = in_place ? pr.b_ks : NR;
           const int64_t last_full = !in_place ? 0 : nb % W == 0 ? nb_panels : nb / NR;
+          // Prepacked: block k0 / kc of the whole packed B, from this block's first panel.
+          const T* panels =
+              pr.b_packed ? pr.b_packed + k0 / kc * packed_block(pr.K, pr.N) + j0 / NR * bs : b_buf;
           TG_PROF_BEGIN;
-          if (!in_place)
+          if (pr.b_packed)
+            ;  // nothing to pack
+          else if (!in_place)
             pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
           else if (last_full < nb_panels)
             pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
@@ -209,7 +216,7 @@ struct GemmDriver {
               const int rows = int(std::min<int64_t>(MR, M - ip * MR));
               const int cols = int(std::min<int64_t>(NR, nb - jp * NR));
               const bool packed = jp >= last_full;
-              const T* bp = packed ? b_buf + (jp - last_full) * bs : b_src + jp * NR;
+              const T* bp = packed ? panels + (jp - last_full) * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
               if (cols == NR)
@@ -234,9 +241,27 @@ struct GemmDriver {
     return std::max<int64_t>(0, mp_hi - mp_lo) * ceil_div(std::max<int64_t>(my_n, 0), NR);
   }
 
-  // One GEMM on up to nt threads.
+  // op(B) packed whole, for GEMMs that share it (kernels::pack_b): for each depth block of
+  // depth_block(K), all ceil(N / NR) panels, as run_unit would pack them; packed_block elements a
+  // block (its panels' stride is that of the block's own depth, only the last block may be shallower).
+  static int64_t packed_block(int64_t K, int64_t N) { return ceil_div(N, NR) * panel_stride<T>(depth_block(K), NR); }
+  static int64_t packed_size(int64_t K, int64_t N) {
+    return K <= 0 || N <= 0 ? 0 : ceil_div(K, depth_block(K)) * packed_block(K, N);
+  }
+  static void pack_whole_b(bool tb, int64_t K, int64_t N, const T* B, int64_t ldb, T* dst) {
+    if (K <= 0 || N <= 0) return;
+    const int64_t kc = depth_block(K), b_ks = tb ? 1 : ldb, b_js = tb ? ldb : 1;
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+      const int64_t kb = std::min(kc, K - k0);
+      pack_b<Arch, T, NR>(kb, N, B + k0 * b_ks, b_ks, N == 1 ? 1 : b_js, dst + k0 / kc * packed_block(K, N),
+                          panel_stride<T>(kb, NR));
+    }
+  }
+
+  // One GEMM on up to nt threads. b_packed: op(B) as pack_whole_b left it (B is still passed: the
+  // small-matrix path reads it in place).
   static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt) {
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt, const T* b_packed = nullptr) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == T(0)) {
       scale_c(M, N, beta, C, ldc);
@@ -244,7 +269,7 @@ struct GemmDriver {
     }
     // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
     // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
-    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc};
+    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, b_packed};
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);

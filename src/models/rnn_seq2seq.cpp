@@ -26,6 +26,7 @@ class RnnSeq2Seq : public Seq2Seq {
   }
 
   Tensor logits(const data::Batch& batch) override {
+    WeightPackScope pack_scope;  // the recurrent weights serve every time step: pack their panels once
     Encoded enc = encode(batch.src, batch.src_len);
     const Tensor emb = drop_->forward(tgt_embed_->forward(batch.tgt_in), gen_);  // [B, T, E]
     if (!attention_) {
@@ -56,6 +57,7 @@ class RnnSeq2Seq : public Seq2Seq {
   std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>& src_len,
                                                   int64_t max_len) override {
     NoGrad no_grad;
+    WeightPackScope pack_scope;
     const int64_t B = src.size(0);
     Encoded enc = encode(src, src_len);
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));

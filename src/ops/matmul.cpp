@@ -3,7 +3,10 @@
 // Operands whose last two dims are a transposed view are handed to GEMM as transposes rather than
 // copied; batch dims that are laid out uniformly collapse into one strided batched GEMM; a weight
 // shared by every batch row folds the batch into M, so [B,T,C] @ [C,N] is a single GEMM.
+#include <map>
+#include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "op_util.hpp"
 
@@ -229,6 +232,65 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
+namespace {
+
+// A weight's packed panels for linear: forward B = W^T (K = in, N = out), backward's dx = dy W
+// (K = out, N = in), each packed the first time it is needed.
+struct PackedWeight {
+  Tensor source;  // the weight as given (keeps its storage, the cache key, alive)
+  Tensor w;       // its contiguous data
+  Tensor fwd_buf, bwd_buf;
+  kernels::PackedB<float> fwd_f, bwd_f;
+  kernels::PackedB<double> fwd_d, bwd_d;
+  bool has_fwd = false, has_bwd = false;
+
+  template <class T>
+  const kernels::PackedB<T>& get(bool backward) {
+    Tensor& buf = backward ? bwd_buf : fwd_buf;
+    bool& has = backward ? has_bwd : has_fwd;
+    auto& pb = [&]() -> kernels::PackedB<T>& {
+      if constexpr (std::is_same_v<T, float>) return backward ? bwd_f : fwd_f;
+      else return backward ? bwd_d : fwd_d;
+    }();
+    if (!has) {
+      const int64_t out = w.size(0), in = w.size(1);
+      const int64_t K = backward ? out : in, N = backward ? in : out;
+      const int64_t n = kernels::packed_b_size<T>(K, N);
+      buf = Tensor::empty({std::max<int64_t>(n, 1)}, w.dtype());
+      pb = kernels::pack_b<T>(!backward, K, N, w.data<T>(), in, n > 0 ? buf.data<T>() : nullptr);
+      has = true;
+    }
+    return pb;
+  }
+};
+
+struct PackCache {
+  int depth = 0;
+  // storage, offset, shape, strides, dtype
+  using Key = std::tuple<const void*, int64_t, int64_t, int64_t, int64_t, int64_t, DType>;
+  std::map<Key, std::shared_ptr<PackedWeight>> map;
+};
+thread_local PackCache pack_cache;
+
+// The cache entry of `weight` while a scope is open (created on first use), else null.
+std::shared_ptr<PackedWeight> packed_weight(const Tensor& weight, const Tensor& w) {
+  if (pack_cache.depth == 0) return nullptr;
+  const TensorImpl& im = *weight.impl();
+  const PackCache::Key key{im.storage->data, im.offset,           weight.size(0), weight.size(1),
+                           weight.strides()[0], weight.strides()[1], weight.dtype()};
+  auto& entry = pack_cache.map[key];
+  if (!entry) entry = std::make_shared<PackedWeight>(PackedWeight{weight, w, {}, {}, {}, {}, {}, {}, false, false});
+  return entry;
+}
+
+}  // namespace
+
+WeightPackScope::WeightPackScope() : outermost_(pack_cache.depth++ == 0) {}
+WeightPackScope::~WeightPackScope() {
+  --pack_cache.depth;
+  if (outermost_) pack_cache.map.clear();
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_same_float(x, weight, "linear");
   if (bias.defined()) detail::check_same_float(x, bias, "linear");
@@ -243,6 +305,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out;
   Tensor y = Tensor::empty(ys, x.dtype());
+  const std::shared_ptr<PackedWeight> packed = packed_weight(weight, w);
   visit_float(x.dtype(), "linear", [&](auto z) {
     using T = decltype(z);
     T* yp = y.data<T>();
@@ -250,21 +313,28 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       const T* bp = bias.data<T>();
       for (int64_t r = 0; r < rows; ++r) std::copy(bp, bp + out, yp + r * out);
     }
-    kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in,
-                     bias.defined() ? T(1) : T(0), yp, out);
+    const T beta = bias.defined() ? T(1) : T(0);
+    if (packed)
+      kernels::gemm_packed_b<T>(false, rows, T(1), xc.data<T>(), in, packed->get<T>(false), beta, yp, out);
+    else
+      kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in, beta, yp, out);
   });
   std::vector<Tensor> inputs = {x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (should_record(inputs)) {
-    record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out](const Tensor& dy) {
+    record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out, packed](const Tensor& dy) {
       // dx = dy W;  dW = dy^T x;  db = sum over rows of dy
       visit_float(dy.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         bool fresh = false;
         if (x.requires_grad()) {
           Tensor dx = grad_buffer(x, &fresh);
-          kernels::gemm<T>(false, false, rows, in, out, T(1), dy.data<T>(), out, w.data<T>(), in, fresh ? T(0) : T(1),
-                           dx.data<T>(), in);
+          if (packed)
+            kernels::gemm_packed_b<T>(false, rows, T(1), dy.data<T>(), out, packed->get<T>(true), fresh ? T(0) : T(1),
+                                      dx.data<T>(), in);
+          else
+            kernels::gemm<T>(false, false, rows, in, out, T(1), dy.data<T>(), out, w.data<T>(), in,
+                             fresh ? T(0) : T(1), dx.data<T>(), in);
         }
         if (weight.requires_grad()) {
           Tensor dw = grad_buffer(weight, &fresh);

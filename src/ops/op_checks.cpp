@@ -79,6 +79,13 @@ std::vector<OpCheck> build() {
   add_row("linear", "[2,3,4]W[5,4]b[5]", {in({2, 3, 4}), in({5, 4}), in({5})},
           [](Inputs x) { return linear(x[0], x[1], x[2]); });
   add_row("linear", "[1,3]W[1,3]", {in({1, 3}), in({1, 3})}, [](Inputs x) { return linear(x[0], x[1]); });
+  add_row("linear", "h[3,70]W[70,70]b[70] x3 steps, packed once (WeightPackScope)",
+          {in({3, 70}), in({70, 70}), in({70})}, [](Inputs x) {
+            WeightPackScope scope;  // 70 x 70: two panels of the AVX-512 tile, the second cut short
+            Tensor h = x[0];
+            for (int t = 0; t < 3; ++t) h = tanh(linear(h, x[1], x[2]));
+            return h;
+          });
 
   // ---- shape
   add_row("transpose", "[3,4] 0<->1", {in({3, 4})}, [](Inputs x) { return transpose(x[0], 0, 1); });

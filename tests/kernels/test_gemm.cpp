@@ -148,6 +148,20 @@ struct Problem {
                d.ldc);
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
+
+  // The same through a packed B (pack_b made by the caller, possibly on another ISA).
+  int64_t check_packed(const k::PackedB<T>& pb) const {
+    std::vector<T> C = C0;
+    k::gemm_packed_b<T>(s.ta, s.M, T(s.alpha), A.data(), d.lda, pb, T(s.beta), C.data(), d.ldc);
+    return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
+  }
+  // Packs B into `buf` (resized to the active path's packed size).
+  k::PackedB<T> pack(std::vector<T>& buf) const {
+    buf.assign(size_t(k::packed_b_size<T>(s.K, s.N)) + 64 / sizeof(T), T(0));
+    T* aligned = buf.data();
+    while (reinterpret_cast<uintptr_t>(aligned) % 64) ++aligned;
+    return k::pack_b<T>(s.tb, s.K, s.N, B.data(), d.ldb, aligned);
+  }
 };
 
 // Checks one shape on every instruction set and thread count 1 and 2.
@@ -187,6 +201,35 @@ TEMPLATE_TEST_CASE("gemm: non-square shapes and leading dimensions", "[kernels][
   }));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   check_everywhere<TestType>({ta, tb, M, N, K, pad, 1.0, 0.0});
+}
+
+TEMPLATE_TEST_CASE("gemm_packed_b: B packed once, used by several GEMMs, every ISA", "[kernels][gemm]", float,
+                   double) {
+  // Around the tiles and the 512-deep blocks (K = 1100: three blocks), N cut inside a panel; the
+  // same packing serves two GEMMs (with different beta) and every thread count.
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>(
+      {{1, 1, 1}, {7, 3, 2}, {64, 768, 256}, {64, 256, 768}, {17, 257, 33}, {129, 65, 1100}, {6, 64, 512}}));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  KernelStateGuard guard;
+  const Problem<TestType> p0({ta, tb, M, N, K, 1, 1.0, 0.0}), p1({ta, tb, M, N, K, 1, -0.5, 1.0});
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    std::vector<TestType> buf;
+    const k::PackedB<TestType> pb = p0.pack(buf);
+    CHECK((pb.panels != nullptr) == (isa != k::Isa::scalar));
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(describe(p0.s), k::isa_name(isa), threads);
+      CHECK(p0.check_packed(pb) == 0);
+      CHECK(p1.check_packed(pb) == 0);
+    }
+    // Made on this ISA, used on every other: those read B itself.
+    for (k::Isa other : k::available_isas()) {
+      k::set_isa(other);
+      CAPTURE(describe(p0.s), k::isa_name(isa), k::isa_name(other));
+      CHECK(p1.check_packed(pb) == 0);
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][gemm]", float, double) {
