@@ -17,6 +17,7 @@ Runner add_train(CLI::App& app);
 Runner add_eval(CLI::App& app);
 Runner add_translate(CLI::App& app);
 Runner add_attention(CLI::App& app);
+Runner add_experiment(CLI::App& app);
 
 // True when stdout is a terminal (live progress lines instead of periodic log lines).
 bool stdout_is_tty();

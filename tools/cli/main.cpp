@@ -4,6 +4,7 @@
 //   tapegrad eval        exact-match and token accuracy of a checkpoint on a task or a TSV file
 //   tapegrad translate   decode lines from stdin (or arguments) with a checkpoint
 //   tapegrad attention   attention heatmaps of a checkpoint on one input (PNG and text)
+//   tapegrad experiment  measure the claims: bottleneck, long-range, positional, parallelism
 //   tapegrad gradcheck   every registered op against finite differences; exit 1 if any fails
 //   tapegrad tape        records a small MLP step and prints its tape
 //   tapegrad info        instruction set in use, threads, cache sizes
@@ -22,8 +23,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<std::pair<CLI::App*, cli::Runner>> commands = [&] {
     std::vector<std::pair<CLI::App*, cli::Runner>> c;
-    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_gradcheck,
-                     cli::add_tape, cli::add_info}) {
+    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_experiment,
+                     cli::add_gradcheck, cli::add_tape, cli::add_info}) {
       const size_t before = app.get_subcommands({}).size();
       cli::Runner r = add(app);
       c.emplace_back(app.get_subcommands({}).at(before), std::move(r));
