@@ -37,33 +37,36 @@ class Transformer : public Seq2Seq {
     return decode(batch.tgt_in, memory, src_mask);
   }
 
+  // One position at a time with a KV cache per decoder layer: step t runs the decoder on token t
+  // only, attending over the cached keys and values of positions 0..t (and the encoder output,
+  // projected once), instead of re-running the whole prefix.
   std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>&,
                                                   int64_t max_len) override {
     NoGrad no_grad;
     const int64_t B = src.size(0);
     const Tensor src_mask = padding_mask_if_any(src, dtype());
     const Tensor memory = encode(src, src_mask);
-    std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
-    std::vector<int32_t> prefix(static_cast<size_t>(B), data::kBos);  // [B, t+1] row-major, grown per step
-    std::vector<bool> finished(static_cast<size_t>(B), false);
     max_len = std::min(max_len, config_.max_len - 1);
+    std::vector<nn::DecoderLayer::Cache> caches(decoder_.size());
+    for (auto& c : caches) c.self.capacity = max_len;
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
+    std::vector<int32_t> last(static_cast<size_t>(B), data::kBos);
+    std::vector<bool> finished(static_cast<size_t>(B), false);
     for (int64_t t = 0; t < max_len; ++t) {
-      const int64_t len = t + 1;
-      const Tensor lg = decode(Tensor::from_ids(prefix, {B, len}), memory, src_mask);  // [B, len, V]
-      const std::vector<int32_t> next = argmax_rows(narrow(lg, 1, len - 1, 1));
-      std::vector<int32_t> grown;
+      Tensor x = embed(*tgt_embed_, *tgt_pos_, Tensor::from_ids(last, {B, 1}), t);
+      for (size_t l = 0; l < decoder_.size(); ++l) x = decoder_[l]->forward(x, memory, {}, src_mask, gen_, &caches[l]);
+      if (dec_norm_) x = dec_norm_->forward(x);
+      const std::vector<int32_t> next = argmax_rows(reshape(out_proj_->forward(x), {B, config_.vocab_size}));
       bool all = true;
       for (int64_t b = 0; b < B; ++b) {
-        grown.insert(grown.end(), prefix.begin() + b * len, prefix.begin() + (b + 1) * len);
         const int32_t tok = finished[size_t(b)] ? data::kPad : next[size_t(b)];
-        grown.push_back(tok);
         if (!finished[size_t(b)]) {
           if (tok == data::kEos) finished[size_t(b)] = true;
           else out[size_t(b)].push_back(tok);
         }
+        last[size_t(b)] = tok;
         all = all && finished[size_t(b)];
       }
-      prefix.swap(grown);
       if (all) break;
     }
     return out;
@@ -105,8 +108,9 @@ class Transformer : public Seq2Seq {
  private:
   DType dtype() const { return out_proj_->weight.dtype(); }
 
-  Tensor embed(const nn::Embedding& e, const nn::PositionalEncoding& pos, const Tensor& ids) {
-    return drop_->forward(pos.forward(mul(e.forward(ids), std::sqrt(double(config_.d_model)))), gen_);
+  // ids [B, T] at positions offset .. offset + T - 1
+  Tensor embed(const nn::Embedding& e, const nn::PositionalEncoding& pos, const Tensor& ids, int64_t offset = 0) {
+    return drop_->forward(pos.forward(mul(e.forward(ids), std::sqrt(double(config_.d_model))), offset), gen_);
   }
 
   Tensor encode(const Tensor& src, const Tensor& src_mask) {

@@ -30,8 +30,26 @@ MultiHeadAttention::MultiHeadAttention(int64_t dim, int64_t heads, double dropou
   drop_ = register_module("dropout", std::make_shared<Dropout>(dropout));
 }
 
+namespace {
+
+// Appends position cache.len's key ([B, H, dk, 1]) and value ([B, H, 1, dk]) to the cache buffers.
+template <class T>
+void append_kv(KvCache& cache, const Tensor& kt_new, const Tensor& v_new) {
+  const Tensor kn = kt_new.contiguous(), vn = v_new.contiguous();
+  const int64_t BH = kn.size(0) * kn.size(1), dk = kn.size(2), cap = cache.capacity, t = cache.len;
+  const T *k = kn.data<T>(), *v = vn.data<T>();
+  T *kd = cache.kt.data<T>(), *vd = cache.v.data<T>();
+  for (int64_t i = 0; i < BH; ++i)
+    for (int64_t d = 0; d < dk; ++d) {
+      kd[(i * dk + d) * cap + t] = k[i * dk + d];
+      vd[(i * cap + t) * dk + d] = v[i * dk + d];
+    }
+}
+
+}  // namespace
+
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal,
-                                   Generator& gen) {
+                                   Generator& gen, KvCache* cache) {
   if (query.ndim() != 3 || memory.ndim() != 3 || query.size(2) != dim_ || memory.size(2) != dim_ ||
       query.size(0) != memory.size(0))
     throw ShapeError("MultiHeadAttention: expected query [B,Tq," + std::to_string(dim_) + "] and memory [B,Tk," +
@@ -50,8 +68,15 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
     return linear(x, concat(ws, 0), biased ? concat(bs, 0) : Tensor());
   };
   auto part = [&](const Tensor& y, int i, int64_t T) { return narrow(y, 2, i * dim_, dim_).reshape({B, T, H, dk}); };
+  const bool self = query.same(memory);
+  if (cache && (grad_enabled() || (self && Tq != 1)))
+    throw Error("MultiHeadAttention: a KV cache is for inference (NoGrad) one position at a time, got query=" +
+                to_string(query.shape()));
   Tensor q, kt, v;
-  if (query.same(memory) && biased) {
+  if (cache && !self && cache->len > 0) {  // cross-attention: memory's keys and values from the first step
+    q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});
+    kt = cache->kt, v = cache->v;
+  } else if (self && biased) {
     const Tensor qkv = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B,T,3C]
     q = part(qkv, 0, Tq).permute({0, 2, 1, 3});   // [B,H,Tq,dk]
     kt = part(qkv, 1, Tk).permute({0, 2, 3, 1});  // [B,H,dk,Tk]
@@ -66,6 +91,26 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
       kt = k_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 3, 1});
       v = v_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 1, 3});
     }
+  }
+  if (cache && self) {  // append this position, attend over all so far (causality holds by construction)
+    if (cache->len == 0) {
+      cache->kt = Tensor::zeros({B, H, dk, cache->capacity}, query.dtype());
+      cache->v = Tensor::zeros({B, H, cache->capacity, dk}, query.dtype());
+    }
+    if (cache->len >= cache->capacity || cache->kt.size(0) != B)
+      throw ShapeError("MultiHeadAttention: KV cache of " + std::to_string(cache->capacity) + " positions for batch " +
+                       std::to_string(cache->kt.size(0)) + " is full or of another batch (query=" +
+                       to_string(query.shape()) + ")");
+    if (query.dtype() == DType::f64)
+      append_kv<double>(*cache, kt, v);
+    else
+      append_kv<float>(*cache, kt, v);
+    ++cache->len;
+    kt = narrow(cache->kt, 3, 0, cache->len);
+    v = narrow(cache->v, 2, 0, cache->len);
+    causal = false;
+  } else if (cache && cache->len == 0) {
+    cache->kt = kt.contiguous(), cache->v = v.contiguous(), cache->len = Tk;
   }
   const Tensor weights = softmax(matmul(q, kt), {1.0 / std::sqrt(double(dk)), mask, causal});  // [B,H,Tq,Tk]
   if (keep_weights_) last_weights_ = weights.detach().clone();

@@ -51,13 +51,13 @@ PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t max_len, int
   }
 }
 
-Tensor PositionalEncoding::forward(const Tensor& x) const {
+Tensor PositionalEncoding::forward(const Tensor& x, int64_t offset) const {
   if (kind_ == PositionalKind::none) return x;
   const int64_t T = x.size(1);
-  if (T > max_len_)
-    throw ShapeError("positional encoding: sequence length " + std::to_string(T) + " exceeds max_len " +
-                     std::to_string(max_len_) + " for x=" + to_string(x.shape()));
-  return add(x, narrow(table_, 0, 0, T));  // [B, T, C] + [T, C]
+  if (offset < 0 || offset + T > max_len_)
+    throw ShapeError("positional encoding: positions " + std::to_string(offset) + ".." + std::to_string(offset + T - 1) +
+                     " exceed max_len " + std::to_string(max_len_) + " for x=" + to_string(x.shape()));
+  return add(x, narrow(table_, 0, offset, T));  // [B, T, C] + [T, C]
 }
 
 Activation parse_activation(const std::string& name) {

@@ -35,16 +35,20 @@ DecoderLayer::DecoderLayer(const TransformerLayerOptions& o, Generator& gen) : n
 }
 
 Tensor DecoderLayer::forward(const Tensor& x_in, const Tensor& memory, const Tensor& tgt_mask,
-                             const Tensor& memory_mask, Generator& gen) {
+                             const Tensor& memory_mask, Generator& gen, Cache* cache) {
+  KvCache* self_cache = cache ? &cache->self : nullptr;
+  KvCache* cross_cache = cache ? &cache->cross : nullptr;
   Tensor x = x_in;
   if (norm_first_) {
     const Tensor h = norm1->forward(x);
-    x = add(x, drop_->forward(self_attn->forward(h, h, tgt_mask, true, gen), gen));
-    x = add(x, drop_->forward(cross_attn->forward(norm2->forward(x), memory, memory_mask, false, gen), gen));
+    x = add(x, drop_->forward(self_attn->forward(h, h, tgt_mask, true, gen, self_cache), gen));
+    x = add(x, drop_->forward(cross_attn->forward(norm2->forward(x), memory, memory_mask, false, gen, cross_cache),
+                              gen));
     x = add(x, drop_->forward(ff->forward(norm3->forward(x), gen), gen));
   } else {
-    x = norm1->forward(add(x, drop_->forward(self_attn->forward(x, x, tgt_mask, true, gen), gen)));
-    x = norm2->forward(add(x, drop_->forward(cross_attn->forward(x, memory, memory_mask, false, gen), gen)));
+    x = norm1->forward(add(x, drop_->forward(self_attn->forward(x, x, tgt_mask, true, gen, self_cache), gen)));
+    x = norm2->forward(
+        add(x, drop_->forward(cross_attn->forward(x, memory, memory_mask, false, gen, cross_cache), gen)));
     x = norm3->forward(add(x, drop_->forward(ff->forward(x, gen), gen)));
   }
   return x;

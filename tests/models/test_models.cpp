@@ -1,5 +1,6 @@
 // Models: each overfits one batch, learns copy quickly, ignores padding, and round-trips its config;
 // checkpoints round-trip bit-exactly and refuse damaged files.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -104,6 +105,38 @@ TEST_CASE("padding does not change the loss of the real tokens", "[models]") {
     const double loss_padded =
         cross_entropy(narrow(narrow(lp, 0, 0, 1), 1, 0, T), narrow(narrow(padded.tgt_out, 0, 0, 1), 1, 0, T)).item();
     CHECK(loss_padded == Approx(loss_alone).epsilon(1e-10));
+  }
+}
+
+TEST_CASE("Transformer greedy decoding with its KV cache matches the full decoder", "[models]") {
+  // Each token the cached, one-position-at-a-time decoder picks must be the argmax of the
+  // teacher-forced decoder run over the whole prefix (float64: no near-ties), and where it stopped
+  // early, <eos> must be that argmax too. Sources of different lengths exercise the padding mask.
+  const bool norm_first = GENERATE(false, true);
+  const auto pos = GENERATE(nn::PositionalKind::sinusoidal, nn::PositionalKind::learned);
+  CAPTURE(norm_first, int(pos));
+  models::ModelConfig c = tiny(models::ModelKind::transformer, 12);
+  c.layers = 2, c.norm_first = norm_first, c.positional = pos;
+  auto model = models::make_model(c, 11);
+  model->to(DType::f64);
+  model->eval();
+  const std::vector<data::Example> ex = {{{4, 5, 6}, {}}, {{7, 8, 9, 10, 11, 4, 5}, {}}, {{6}, {}}};
+  const data::Batch batch = data::make_batch(ex);
+  const int64_t max_len = 12;
+  const auto out = model->greedy_decode(batch.src, batch.src_len, max_len);
+  REQUIRE(out.size() == ex.size());
+  for (size_t b = 0; b < ex.size(); ++b) {
+    CAPTURE(b, out[b].size());
+    const data::Batch one = data::make_batch({{ex[b].src, out[b]}});
+    const Tensor lg = model->logits(one).contiguous();  // [1, n + 1, V]
+    const int64_t n = int64_t(out[b].size()), V = lg.size(2);
+    const std::vector<double> v = lg.to_vector();
+    for (int64_t t = 0; t <= n && t < max_len; ++t) {
+      const auto row = v.begin() + t * V;
+      const int64_t best = std::max_element(row, row + V) - row;
+      CAPTURE(t);
+      CHECK(best == (t < n ? out[b][size_t(t)] : data::kEos));
+    }
   }
 }
 

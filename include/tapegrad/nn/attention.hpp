@@ -10,6 +10,16 @@ namespace tapegrad::nn {
 // tokens and -1e9 for <pad> (a large finite value: a fully padded row stays finite).
 Tensor key_padding_mask(const Tensor& ids, DType dtype = DType::f32);
 
+// Keys and values kept between the steps of incremental decoding (inference only, no autograd), so
+// each new position costs one position's projections instead of re-running the whole prefix.
+// Self-attention appends each step's key and value (up to `capacity` positions); cross-attention
+// projects the encoder output on the first step and reuses it after.
+struct KvCache {
+  int64_t capacity = 0;  // positions, for self-attention
+  int64_t len = 0;       // positions held
+  Tensor kt, v;          // [B, H, dk, capacity] and [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..])
+};
+
 // Per head h: q = x W_Q^h, k = m W_K^h, v = m W_V^h, weights = softmax(q k^T / sqrt(d_k) + mask),
 // out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
 class MultiHeadAttention : public Module {
@@ -17,7 +27,10 @@ class MultiHeadAttention : public Module {
   MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
   // mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
   // causal: query i may not attend to key j > i (decoder self-attention).
-  Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen);
+  // cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
+  // self-attention (memory is query) it attends over every position so far, itself included.
+  Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen,
+                 KvCache* cache = nullptr);
   // When on, forward keeps its attention weights [B, H, Tq, Tk] (detached) for inspection.
   void keep_weights(bool on) { keep_weights_ = on; }
   const Tensor& last_weights() const { return last_weights_; }

@@ -56,7 +56,8 @@ PositionalKind parse_positional(const std::string& name);  // "sinusoidal"|"sinc
 class PositionalEncoding : public Module {
  public:
   PositionalEncoding(PositionalKind kind, int64_t max_len, int64_t dim, Generator& gen, DType dtype = DType::f32);
-  Tensor forward(const Tensor& x) const;
+  // x [B, T, C] + the encodings of positions offset .. offset + T - 1.
+  Tensor forward(const Tensor& x, int64_t offset = 0) const;
   PositionalKind kind() const { return kind_; }
 
  private:

@@ -31,8 +31,12 @@ class EncoderLayer : public Module {
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const TransformerLayerOptions& o, Generator& gen);
+  // cache: incremental decoding, x the next position only (see KvCache); one per layer and sequence batch.
+  struct Cache {
+    KvCache self, cross;
+  };
   Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& tgt_mask, const Tensor& memory_mask,
-                 Generator& gen);
+                 Generator& gen, Cache* cache = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn, cross_attn;
   std::shared_ptr<FeedForward> ff;
   std::shared_ptr<LayerNorm> norm1, norm2, norm3;
