@@ -1,8 +1,5 @@
 // The `tapegrad` command line, run as real processes: the train/eval/translate contract, exact resume
 // across processes, clear errors with exit code 2.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
@@ -11,39 +8,17 @@
 
 #include "tapegrad/io.hpp"
 #include "tapegrad/tapegrad.hpp"
+#include "process.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using tapegrad::test::Run;
+using tapegrad::test::run;
 
-Run run(const std::string& args, const std::string& stdin_text = "") {
-  const std::string exe = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad";
-  std::string cmd = exe + " " + args + " 2>&1";
-  if (!stdin_text.empty()) {
-    const std::string in = fs::temp_directory_path() / ("tapegrad-cli-stdin-" + std::to_string(::getpid()));
-    std::ofstream(in) << stdin_text;
-    cmd += " < " + in;
-  }
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-cli-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
+std::string temp_dir(const std::string& name) { return tapegrad::test::temp_dir("cli", name); }
 
 const std::string kTiny =
     "--d-model 32 --layers 1 --heads 2 --d-ff 64 --hidden 32 --batch-size 16 --threads 1 --valid-size 20 "

@@ -1,8 +1,5 @@
 // `tapegrad experiment`, run as real processes: the table and results.csv of quick runs (one row per arm
 // and length bin, fractions in [0, 1]) and the errors for a bad name or option.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -10,31 +7,16 @@
 #include <set>
 #include <sstream>
 
+#include "process.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using tapegrad::test::Run;
+using tapegrad::test::run;
 
-Run run(const std::string& args) {
-  const std::string cmd = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-exp-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
+std::string temp_dir(const std::string& name) { return tapegrad::test::temp_dir("exp", name); }
 
 std::vector<std::string> split(const std::string& line, char sep) {
   std::vector<std::string> cells;
