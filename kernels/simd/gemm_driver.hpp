@@ -93,7 +93,8 @@ struct GemmDriver {
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= kMaxUnpackedA; }
     bool pack_a() const { return !a_in_place(); }
     // Row-major B small enough to stay in L2 is read in place: packing it would cost more than the
-    // aligned, contiguous panels save (64^3: about a tenth of the run time).
+    // aligned, contiguous panels save (64^3: about a tenth of the run time). Prepacked B counts as
+    // packed (its panels are read, never B itself).
     bool pack_b() const { return b_packed || b_js != 1 || K * N * int64_t(sizeof(T)) > kMaxUnpackedB; }
   };
 
@@ -189,12 +190,12 @@ struct GemmDriver {
           const T* panels =
               pr.b_packed ? pr.b_packed + k0 / kc * packed_block(pr.K, pr.N) + j0 / NR * bs : b_buf;
           TG_PROF_BEGIN;
-          if (pr.b_packed)
-            ;  // nothing to pack
-          else if (!in_place)
-            pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
-          else if (last_full < nb_panels)
-            pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
+          if (!pr.b_packed) {
+            if (!in_place)
+              pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
+            else if (last_full < nb_panels)
+              pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
+          }
           TG_PROF_END(1);
           for (int64_t cp = mp_lo; cp < mp_hi; cp += chunk_panels) {
             const int64_t cp_end = std::min(mp_hi, cp + chunk_panels);

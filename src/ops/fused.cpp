@@ -169,9 +169,9 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
                auto target = [](const Tensor& t, Tensor* keep) -> T* {
                  if (!t.requires_grad()) return nullptr;
                  bool fresh = false;
-                 *keep = grad_buffer(t, &fresh);
-                 if (fresh) kernels::fill<T>(keep->numel(), T(0), keep->template data<T>());
-                 return keep->template data<T>();
+                 T* p = grad_target<T>(t, keep, &fresh);
+                 if (fresh) kernels::fill<T>(keep->numel(), T(0), p);
+                 return p;
                };
                Tensor dk, dq, dv;
                T* dkp = target(keys_in, &dk);

@@ -234,33 +234,31 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-// A weight's packed panels for linear: forward B = W^T (K = in, N = out), backward's dx = dy W
-// (K = out, N = in), each packed the first time it is needed.
+// A weight's packed panels for linear, one set per direction, each packed the first time it is
+// needed: forward B = W^T (K = in, N = out), backward's dx = dy W (K = out, N = in).
 struct PackedWeight {
-  Tensor source;  // the weight as given (keeps its storage, the cache key, alive)
-  Tensor w;       // its contiguous data
-  Tensor fwd_buf, bwd_buf;
-  kernels::PackedB<float> fwd_f, bwd_f;
-  kernels::PackedB<double> fwd_d, bwd_d;
-  bool has_fwd = false, has_bwd = false;
+  Tensor source;     // the weight as given (keeps its storage, the cache key, alive)
+  Tensor w;          // its contiguous data
+  Tensor panels[2];  // forward, backward: defined once packed
+  kernels::PackedB<float> f32[2];
+  kernels::PackedB<double> f64[2];
 
   template <class T>
   const kernels::PackedB<T>& get(bool backward) {
-    Tensor& buf = backward ? bwd_buf : fwd_buf;
-    bool& has = backward ? has_bwd : has_fwd;
-    auto& pb = [&]() -> kernels::PackedB<T>& {
-      if constexpr (std::is_same_v<T, float>) return backward ? bwd_f : fwd_f;
-      else return backward ? bwd_d : fwd_d;
-    }();
-    if (!has) {
+    kernels::PackedB<T>* packs;
+    if constexpr (std::is_same_v<T, float>)
+      packs = f32;
+    else
+      packs = f64;
+    Tensor& buf = panels[backward];
+    if (!buf.defined()) {
       const int64_t out = w.size(0), in = w.size(1);
       const int64_t K = backward ? out : in, N = backward ? in : out;
       const int64_t n = kernels::packed_b_size<T>(K, N);
       buf = Tensor::empty({std::max<int64_t>(n, 1)}, w.dtype());
-      pb = kernels::pack_b<T>(!backward, K, N, w.data<T>(), in, n > 0 ? buf.data<T>() : nullptr);
-      has = true;
+      packs[backward] = kernels::pack_b<T>(!backward, K, N, w.data<T>(), in, n > 0 ? buf.data<T>() : nullptr);
     }
-    return pb;
+    return packs[backward];
   }
 };
 
@@ -276,10 +274,10 @@ thread_local PackCache pack_cache;
 std::shared_ptr<PackedWeight> packed_weight(const Tensor& weight, const Tensor& w) {
   if (pack_cache.depth == 0) return nullptr;
   const TensorImpl& im = *weight.impl();
-  const PackCache::Key key{im.storage->data, im.offset,           weight.size(0), weight.size(1),
-                           weight.strides()[0], weight.strides()[1], weight.dtype()};
+  const PackCache::Key key{im.storage->data,    im.offset, weight.size(0), weight.size(1), weight.strides()[0],
+                           weight.strides()[1], weight.dtype()};
   auto& entry = pack_cache.map[key];
-  if (!entry) entry = std::make_shared<PackedWeight>(PackedWeight{weight, w, {}, {}, {}, {}, {}, {}, false, false});
+  if (!entry) entry = std::make_shared<PackedWeight>(PackedWeight{weight, w});
   return entry;
 }
 

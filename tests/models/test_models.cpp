@@ -29,6 +29,24 @@ models::ModelConfig tiny(models::ModelKind kind, int64_t vocab) {
   return c;
 }
 
+// Quick training on the copy task: a tiny model, one thread, no evaluation during training.
+train::TrainOptions copy_training(models::ModelKind kind, data::TaskOptions lengths, int64_t steps,
+                                  int64_t valid_size) {
+  train::TrainOptions o;
+  o.model = tiny(kind, 0);
+  o.task = "copy";
+  o.task_options = lengths;
+  o.steps = steps;
+  o.batch_size = 32;
+  o.lr = 3e-3;
+  o.warmup = 30;
+  o.schedule = optim::Schedule::cosine;
+  o.valid_size = valid_size;
+  o.eval_every = 0;
+  o.threads = 1;
+  return o;
+}
+
 const models::ModelKind kAllKinds[] = {models::ModelKind::rnn, models::ModelKind::attention_rnn,
                                        models::ModelKind::transformer};
 
@@ -68,18 +86,8 @@ TEST_CASE("each model overfits one small batch", "[models]") {
 TEST_CASE("each model learns copy to high accuracy within seconds", "[models]") {
   for (auto kind : kAllKinds) {
     CAPTURE(models::model_name(kind));
-    train::TrainOptions o;
-    o.model = tiny(kind, 0);
-    o.task = "copy";
-    o.task_options = {3, 6, 5};
-    o.steps = kind == models::ModelKind::transformer ? 300 : 600;
-    o.batch_size = 32;
-    o.lr = 3e-3;
-    o.warmup = 30;
-    o.schedule = optim::Schedule::cosine;
-    o.valid_size = 200;
-    o.eval_every = 0;
-    o.threads = 1;
+    const train::TrainOptions o =
+        copy_training(kind, {3, 6, 5}, kind == models::ModelKind::transformer ? 300 : 600, 200);
     train::Session s = train::make_session(o);
     train::EvalResult last;
     train::train(s, nullptr, [&](int64_t, const train::EvalResult& r) { last = r; });
@@ -201,18 +209,7 @@ TEST_CASE("checkpoints round-trip bit-exactly and refuse damaged files", "[model
 }
 
 TEST_CASE("beam search finds the trained answer", "[models]") {
-  train::TrainOptions o;
-  o.model = tiny(models::ModelKind::transformer, 0);
-  o.task = "copy";
-  o.task_options = {3, 5, 4};
-  o.steps = 250;
-  o.batch_size = 32;
-  o.lr = 3e-3;
-  o.warmup = 30;
-  o.schedule = optim::Schedule::cosine;
-  o.valid_size = 50;
-  o.eval_every = 0;
-  o.threads = 1;
+  const train::TrainOptions o = copy_training(models::ModelKind::transformer, {3, 5, 4}, 250, 50);
   train::Session s = train::make_session(o);
   train::train(s, nullptr, nullptr);
   s.model->eval();
