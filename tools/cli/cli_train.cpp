@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "curves.hpp"
 #include "kernels/kernels.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
@@ -190,8 +191,12 @@ Runner add_train(CLI::App& app) {
           if (tty) std::printf("\n");
           print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
         });
+    if (!s.options.out_dir.empty()) {
+      const std::string png = s.options.out_dir + "/curves.png";
+      plot_curves({read_curves(s.options.out_dir)}, png, PlotOptions{});
+    }
     if (!s.options.out_dir.empty())
-      std::printf("checkpoint (latest -> step-%08lld), metrics.csv, samples.txt: %s\n", (long long)s.step,
+      std::printf("checkpoint (latest -> step-%08lld), metrics.csv, samples.txt, curves.png: %s\n", (long long)s.step,
                   s.options.out_dir.c_str());
     return 0;
   };

@@ -5,6 +5,7 @@
 //   tapegrad translate   decode lines from stdin (or arguments) with a checkpoint
 //   tapegrad attention   attention heatmaps of a checkpoint on one input (PNG and text)
 //   tapegrad experiment  measure the claims: bottleneck, long-range, positional, parallelism
+//   tapegrad plot        training curves of run directories (metrics.csv) as a PNG
 //   tapegrad gradcheck   every registered op against finite differences; exit 1 if any fails
 //   tapegrad tape        records a small MLP step and prints its tape
 //   tapegrad info        instruction set in use, threads, cache sizes
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<std::pair<CLI::App*, cli::Runner>> commands = [&] {
     std::vector<std::pair<CLI::App*, cli::Runner>> c;
-    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_experiment,
+    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_experiment, cli::add_plot,
                      cli::add_gradcheck, cli::add_tape, cli::add_info}) {
       const size_t before = app.get_subcommands({}).size();
       cli::Runner r = add(app);
