@@ -88,6 +88,31 @@ class NoGrad {
 
 bool grad_enabled();
 
+// Watches the tape as it is written and walked: what instruments (instruments.hpp: the tape
+// recorder, the per-op profile, anomaly mode) attach to. With no observer active the tape pays one
+// branch per entry. Hooks run on the recording thread; backward hooks run under NoGrad.
+class TapeObserver {
+ public:
+  virtual ~TapeObserver() = default;
+  // Entry `index` of `tape` was just appended (its output is computed).
+  virtual void recorded(const Tape& tape, size_t index) { (void)tape, (void)index; }
+  // backward is about to run entry `index`'s closure with d(output) = grad_output.
+  virtual void before_backward(const Tape& tape, size_t index, const Tensor& grad_output) {
+    (void)tape, (void)index, (void)grad_output;
+  }
+  // Entry `index`'s closure has run: its inputs' gradients hold its contribution.
+  virtual void after_backward(const Tape& tape, size_t index) { (void)tape, (void)index; }
+};
+
+// Makes `observer` watch this thread's tapes for this scope (observers nest; all active ones run).
+class ObserveScope {
+ public:
+  explicit ObserveScope(TapeObserver& observer);
+  ~ObserveScope();
+  ObserveScope(const ObserveScope&) = delete;
+  ObserveScope& operator=(const ObserveScope&) = delete;
+};
+
 // Reverse pass from `output`. A non-scalar output needs `grad_output` of the same shape.
 void backward(const Tensor& output, const Tensor& grad_output = {}, bool retain_graph = false);
 

@@ -1,6 +1,7 @@
 // The tape, recording, gradient accumulation and the reverse walk (see autograd.hpp).
 #include <array>
 #include <sstream>
+#include <vector>
 
 #include "internal.hpp"
 #include "kernels/kernels.hpp"
@@ -28,7 +29,11 @@ static_assert(all_named(), "every OpKind needs a name in kOpNames");
 thread_local Tape t_default_tape;
 thread_local Tape* t_current_tape = &t_default_tape;
 thread_local bool t_grad_enabled = true;
+thread_local std::vector<TapeObserver*> t_observers;
 }  // namespace
+
+ObserveScope::ObserveScope(TapeObserver& observer) { t_observers.push_back(&observer); }
+ObserveScope::~ObserveScope() { t_observers.pop_back(); }
 
 const char* op_name(OpKind op) { return kOpNames[size_t(op)]; }
 
@@ -87,6 +92,8 @@ void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::fu
   output.impl()->requires_grad = true;
   output.impl()->tape_generation = tape.generation();
   tape.push(TapeEntry{op, std::move(inputs), output, std::move(backward)});
+  if (!t_observers.empty())
+    for (TapeObserver* o : t_observers) o->recorded(tape, tape.size() - 1);
 }
 
 void accumulate_grad(const Tensor& t, Tensor g) {
@@ -142,7 +149,13 @@ void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph
     if (!out.grad.defined()) continue;  // not on a path to `output`
     const Tensor dy = out.grad;
     if (!out.retains_grad) out.grad = Tensor();  // intermediate gradients die as soon as they are used
+    if (t_observers.empty()) {
+      e.backward(dy);
+      continue;
+    }
+    for (TapeObserver* o : t_observers) o->before_backward(tape, i, dy);
     e.backward(dy);
+    for (TapeObserver* o : t_observers) o->after_backward(tape, i);
   }
   if (!retain_graph) tape.clear();
 }

@@ -6,6 +6,7 @@
 
 #include "cli.hpp"
 #include "curves.hpp"
+#include "run_options.hpp"
 #include "kernels/kernels.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
@@ -13,14 +14,6 @@
 namespace tapegrad::cli {
 
 namespace {
-
-// String-valued options parsed after CLI11 has filled them.
-struct TrainArgs {
-  train::TrainOptions o;
-  std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
-              attention = "additive", schedule = "cosine", tokens = "chars";
-  bool pre_ln = false;
-};
 
 std::string format_duration(double s) {
   char buf[32];
@@ -43,7 +36,7 @@ void print_eval(const char* prefix, const train::EvalResult& r) {
 }  // namespace
 
 Runner add_train(CLI::App& app) {
-  auto a = std::make_shared<TrainArgs>();
+  auto a = std::make_shared<RunArgs>();
   train::TrainOptions& o = a->o;
   std::string resumable;
   for (const auto& n : train::kResumableOptions) resumable += (resumable.empty() ? "" : ", ") + n;
@@ -51,81 +44,10 @@ Runner add_train(CLI::App& app) {
       "train",
       "Train a sequence-to-sequence model on a built-in task or on TSV files.\n"
       "Example: tapegrad train --model transformer --task reverse --steps 2000 --out runs/rev");
-  sub->add_option("--model", a->model, "transformer | attention-rnn | rnn")->capture_default_str();
-  sub->add_option("--task", o.task, "Built-in task: copy, reverse, sort, recall, rotate")
-      ->capture_default_str();
-  sub->add_option("--min-len", o.task_options.min_len, "Shortest task source")
-      ->capture_default_str()
-      ->check(int_range(1, 100000));
-  sub->add_option("--max-len", o.task_options.max_len, "Longest task source")
-      ->capture_default_str()
-      ->check(int_range(1, 100000));
-  sub->add_option("--symbols", o.task_options.symbols, "Distinct task symbols (at most 26)")
-      ->capture_default_str()
-      ->check(int_range(1, 26));
-  sub->add_option("--train", o.train_file,
-                  "TSV file of source<TAB>target lines (instead of --task); every line is data ('#' too), "
-                  "blank lines are skipped and counted");
-  sub->add_option("--valid", o.valid_file,
-                  "Held-out TSV file (default: hold out --valid-fraction of --train)");
-  sub->add_option("--valid-fraction", o.valid_fraction, "Fraction of --train held out without --valid")
-      ->capture_default_str()
-      ->check(finite_range(0, 1, true));
-  sub->add_option("--tokens", a->tokens, "TSV tokenisation: chars | whitespace")->capture_default_str();
+  add_run_options(sub, *a);
   sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")
       ->capture_default_str()
       ->check(int_range(0, int64_t(1) << 40));
-  sub->add_option("--batch-size", o.batch_size, "Sequences per step")
-      ->capture_default_str()
-      ->check(int_range(1, 1 << 20));
-  sub->add_option("--optimizer", o.optimizer, "adamw | adam | sgd")->capture_default_str();
-  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(finite_range(1e-30, 1e3));
-  sub->add_option("--schedule", a->schedule, "constant | inverse_sqrt | cosine")->capture_default_str();
-  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")
-      ->capture_default_str()
-      ->check(int_range(0, int64_t(1) << 40));
-  sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for adamw)")
-      ->capture_default_str()
-      ->check(finite_range(0, 1e3));
-  sub->add_option("--momentum", o.momentum, "SGD momentum")
-      ->capture_default_str()
-      ->check(finite_range(0, 1, true));
-  sub->add_option("--clip", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")
-      ->capture_default_str()
-      ->check(finite_range(0, 1e30));
-  sub->add_option("--label-smoothing", o.label_smoothing, "Label smoothing epsilon")
-      ->capture_default_str()
-      ->check(finite_range(0, 1, true));
-  sub->add_option("--layers", o.model.layers, "Layers per side (encoder and decoder)")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  sub->add_option("--d-model", o.model.d_model, "Model / embedding width")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  sub->add_option("--heads", o.model.heads, "Attention heads (transformer)")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  sub->add_option("--d-ff", o.model.d_ff, "Feed-forward width (transformer)")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  auto* dropout =
-      sub->add_option("--dropout", o.model.dropout,
-                      "Dropout probability (default: 0 for a built-in task, whose data is unlimited "
-                      "and fresh every step; 0.1 for TSV data)")
-          ->check(finite_range(0, 1, true));
-  sub->add_option("--positional", a->positional, "sinusoidal | learned | none (transformer)")
-      ->capture_default_str();
-  sub->add_flag("--pre-ln", a->pre_ln, "Layer norm before each sub-layer instead of after (transformer)");
-  sub->add_option("--activation", a->activation, "Feed-forward activation: relu | gelu")
-      ->capture_default_str();
-  sub->add_option("--rnn-cell", a->cell, "elman | gru | lstm (rnn models)")->capture_default_str();
-  sub->add_option("--hidden", o.model.hidden, "RNN hidden size")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  sub->add_option("--attention", a->attention, "additive | dot scoring (attention-rnn)")
-      ->capture_default_str();
-  sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)")->check(int_range(1, 1024));
-  add_seed_option(sub, &o.seed, "Seed for initialisation, data and dropout (an unsigned 64-bit integer)");
   sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv and samples.txt");
   sub->add_option(
       "--resume", o.resume_dir,
@@ -145,20 +67,8 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
       ->capture_default_str()
       ->check(int_range(1, 1 << 24));
-  return [a, dropout, sub] {
-    train::TrainOptions& o = a->o;
-    if (!dropout->count()) o.model.dropout = o.train_file.empty() ? 0.0 : 0.1;
-    for (const CLI::Option* opt : sub->get_options())
-      if (opt->count() && !opt->get_lnames().empty()) o.given.insert("--" + opt->get_lnames().front());
-    o.model.kind = models::parse_model(a->model);
-    o.model.positional = nn::parse_positional(a->positional);
-    o.model.activation = nn::parse_activation(a->activation);
-    o.model.cell = nn::parse_cell(a->cell);
-    o.model.score = nn::parse_score(a->attention);
-    o.model.norm_first = a->pre_ln;
-    o.schedule = optim::parse_schedule(a->schedule);
-    o.tokenization = data::parse_tokenization(a->tokens);
-    o.validate();
+  return [a, sub] {
+    train::TrainOptions& o = resolve_run_options(sub, *a);
     train::Session s = train::make_session(o);
     std::printf("training %s\n", s.describe().c_str());
     std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", kernels::num_threads(),

@@ -1,0 +1,29 @@
+// The model, task and optimisation options shared by `train`, `tape` and `profile`: one
+// registration, so the three commands spell and check every option the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "tapegrad/train.hpp"
+
+namespace tapegrad::cli {
+
+// The options as CLI11 fills them; string-valued ones are parsed by resolve_run_options. Set the
+// defaults (in `o` and the strings) before add_run_options, which shows them in --help.
+struct RunArgs {
+  train::TrainOptions o;
+  std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
+              attention = "additive", schedule = "cosine", tokens = "chars";
+  bool pre_ln = false;
+  CLI::Option* dropout = nullptr;
+};
+
+// Registers --model, --task, lengths, data files, batch, optimizer, schedule, model sizes,
+// --threads and --seed (not --steps, --out or the logging options, which differ per command).
+void add_run_options(CLI::App* sub, RunArgs& args);
+// After parsing: the strings parsed, dropout's data-dependent default, the explicitly given
+// options recorded (for --resume) and everything validated. Returns args.o.
+train::TrainOptions& resolve_run_options(const CLI::App* sub, RunArgs& args);
+
+}  // namespace tapegrad::cli
