@@ -2,9 +2,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/io.hpp"
-#include "train_internal.hpp"
 
 namespace tapegrad::train {
 

@@ -7,11 +7,11 @@
 #include <sstream>
 
 #include "kernels/kernels.hpp"
+#include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/ops.hpp"
 #include "tapegrad/train.hpp"
-#include "train_internal.hpp"
 
 namespace tapegrad::train {
 
