@@ -49,6 +49,7 @@
 #include "tapegrad/memory.hpp"
 #include "tapegrad/models/seq2seq.hpp"
 #include "tapegrad/optim.hpp"
+#include "tapegrad/train.hpp"
 
 namespace {
 
@@ -169,14 +170,10 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
   std::unique_ptr<models::Seq2Seq> model = models::make_model(config, 1);
   model->train();
   optim::Adam opt(model->named_parameters(), 1e-3, 0.9, 0.999, 1e-8, 0.01, /*decoupled=*/true);
+  const train::StepRecipe recipe;  // constant lr 1e-3, no clipping, no label smoothing
   double loss = 0;
-  auto step = [&] {
-    const Tensor l = model->loss(batch);
-    backward(l);
-    opt.step();
-    opt.zero_grad();
-    loss = l.item();
-  };
+  int64_t taken = 0;
+  auto step = [&] { loss = train::train_step(*model, opt, recipe, batch, ++taken).loss; };
   for (int i = 0; i < kWarmup; ++i) step();
   const int64_t os_before = memory::stats().os_allocations, faults_before = minor_faults();
   std::vector<double> times, cpu_times;

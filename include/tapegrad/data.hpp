@@ -116,11 +116,14 @@ std::vector<std::string> task_names();
 // ---- TSV files ---------------------------------------------------------------------------------
 struct TextPair {
   std::vector<std::string> src, tgt;
+  int64_t line = 0;  // 1-based line in its file, for messages
 };
-// Reads `source<TAB>target` lines (blank lines and lines starting with '#' are skipped). A line
+// Reads `source<TAB>target` lines. Every line is data: there are no comment lines (a source may
+// start with '#'). Blank (whitespace-only) lines are skipped and counted in *blank_lines, which
+// the trainer reports, so nothing is dropped silently. A line
 // without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
 // "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
-std::vector<TextPair> read_tsv(const std::string& path, Tokenization t);
+std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines = nullptr);
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab);
 // One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
 // in order of first appearance.

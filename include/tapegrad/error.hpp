@@ -44,4 +44,11 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A NaN or an infinity where training needs a finite value (a loss, a gradient norm). The CLI exits
+// with code 3 for it, so scripts can tell a diverged run from bad input.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tapegrad

@@ -6,14 +6,17 @@
 // dropout draws from the model's generator, whose state is checkpointed, and the learning rate is a
 // function of s. So N straight steps and k steps + save + resume + N-k steps give identical bits.
 //
-// A checkpoint directory holds model.safetensors (parameters named as the model names them; metadata:
-// format, model config, vocabulary, tokenisation, step, the training options) and
-// optimizer.safetensors (optimizer state and the model generator's state, with the same step).
-// Both are written atomically; the step in each must agree on load.
+// A checkpoint is model.safetensors (parameters named as the model names them; metadata: format,
+// model config, vocabulary, tokenisation, step, the training options) and optimizer.safetensors
+// (optimizer state and the model generator's state, with the same step). A run directory keeps the
+// last two in step-N subdirectories behind an atomically replaced `latest` link, with
+// DIR/model.safetensors linked through it, so a kill at any instant leaves a complete pair
+// (layout: src/train/run_directory.hpp). A directory with just the two files also loads.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,10 +52,23 @@ struct TrainOptions {
   int64_t decode_max_len = 0;     // 0: longest target in the data + 8
   std::string out_dir;            // empty: no checkpoints or CSV
   std::string resume_dir;
+  bool overwrite = false;         // out_dir may hold a checkpoint, which this run replaces (not saved)
+  // The options the user gave explicitly, as the command line spells them ("--d-model"): on
+  // --resume, each must agree with the checkpoint unless it is one that may change (not saved).
+  std::set<std::string> given;
 
+  // Throws Error naming the option as the command line spells it and its allowed range, e.g.
+  // "--lr nan: expected a finite number above 0". Called before anything is built or written.
+  void validate() const;
+  // On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
+  // (the checkpoint's), except those that may change on resume (kResumableOptions).
+  void check_resume(const TrainOptions& saved) const;
   std::string to_json() const;
   static TrainOptions from_json(const std::string& json);
 };
+
+// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`).
+extern const std::vector<std::string> kResumableOptions;
 
 struct EvalResult {
   double loss = 0;            // teacher-forced mean cross-entropy
@@ -62,15 +78,19 @@ struct EvalResult {
   std::vector<std::string> samples;  // a few "source -> output (target)" lines
 };
 
+class RunDirectory;
+
 // Everything a session needs: data, vocabulary, model, optimizer, and where it is.
 struct Session {
   TrainOptions options;
   data::Vocab vocab;
   std::unique_ptr<data::Task> task;  // null for TSV data
   std::vector<data::Example> train_examples, valid_examples;
+  int64_t blank_lines = 0;  // skipped in the TSV files
   std::unique_ptr<models::Seq2Seq> model;
   std::unique_ptr<optim::Optimizer> optimizer;
   int64_t step = 0;  // steps completed
+  std::shared_ptr<RunDirectory> run_dir;  // --out, locked for this session; null without --out
 
   data::Batch batch_for_step(int64_t step) const;
   std::string describe() const;
@@ -79,6 +99,33 @@ struct Session {
 // Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
 // model shape then override, e.g. a larger --steps).
 Session make_session(const TrainOptions& options);
+
+// What a step needs besides the model, the optimizer and the batch.
+struct StepRecipe {
+  double lr = 1e-3;
+  optim::Schedule schedule = optim::Schedule::constant;
+  int64_t warmup = 0, total_steps = 0;  // the schedule's shape
+  double clip_norm = 0;                 // 0: no clipping
+  double label_smoothing = 0;
+  static StepRecipe from(const TrainOptions& options);
+};
+
+struct StepResult {
+  int64_t step = 0;       // the 1-based step just taken
+  double loss = 0, lr = 0;
+  double grad_norm = 0;   // global L2 norm before clipping
+  int64_t tokens = 0;     // target tokens in the batch
+  double seconds = 0;     // wall time of the step
+};
+
+// One training step, the only place a step is written: sets the learning rate of `step`, computes
+// the loss, runs backward, clips, updates and zeroes the gradients. A non-finite loss or gradient
+// norm throws NonFiniteError (naming the step, the quantity and the first parameter whose gradient
+// is not finite) before the update, so the parameters stay as they were.
+StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
+                      const data::Batch& batch, int64_t step);
+// The same on a session: takes step session.step + 1 with the session's options and advances it.
+StepResult train_step(Session& session, const data::Batch& batch);
 
 struct StepLog {
   int64_t step;
@@ -99,6 +146,7 @@ struct LoadedModel {
   data::Vocab vocab;
   TrainOptions options;
   int64_t step = 0;
+  std::string optimizer_path;  // the optimizer state saved with this model
 };
 LoadedModel load_checkpoint(const std::string& dir);
 

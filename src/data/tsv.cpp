@@ -28,12 +28,12 @@ std::string quote_line(const std::string& line) {
 }
 
 bool is_blank(const std::string& line) {
-  return line.find_first_not_of(' ') == std::string::npos;
+  return line.find_first_not_of(" \t") == std::string::npos;
 }
 
 }  // namespace
 
-std::vector<TextPair> read_tsv(const std::string& path, Tokenization t) {
+std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a TSV file");
   std::ifstream in(path, std::ios::binary);
@@ -44,23 +44,27 @@ std::vector<TextPair> read_tsv(const std::string& path, Tokenization t) {
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8 byte-order mark
-    if (is_blank(line) || line[0] == '#') continue;
+    if (is_blank(line)) {
+      if (blank_lines) ++*blank_lines;
+      continue;
+    }
     const std::string at = path + ":" + std::to_string(lineno) + ": ";
     const std::string expected = at + "expected 'source<TAB>target', found ";
     const size_t tab = line.find('\t');
-    if (tab == std::string::npos) throw IoError(expected + "no tab in " + quote_line(line));
+    if (tab == std::string::npos)
+      throw IoError(expected + "no tab in " + quote_line(line));
     const size_t tabs = size_t(std::count(line.begin(), line.end(), '\t'));
     if (tabs > 1) throw IoError(expected + std::to_string(tabs) + " tabs in " + quote_line(line));
     if (const int64_t bad = first_invalid_utf8(line); bad >= 0)
       throw IoError(at + "invalid UTF-8 at byte " + std::to_string(bad + 1) + " of the line");
-    TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t)};
+    TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t), lineno};
     if (p.src.empty()) throw IoError(expected + "an empty source in " + quote_line(line));
     if (p.tgt.empty()) throw IoError(expected + "an empty target in " + quote_line(line));
     pairs.push_back(std::move(p));
   }
   if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));
   if (pairs.empty())
-    throw IoError(path + ": no 'source<TAB>target' lines (the file is empty or all comments)");
+    throw IoError(path + ": no 'source<TAB>target' lines (the file is empty or blank)");
   return pairs;
 }
 

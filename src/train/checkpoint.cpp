@@ -1,7 +1,9 @@
 // Checkpoint directories: model.safetensors + optimizer.safetensors (see train.hpp).
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
+#include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/io.hpp"
@@ -38,28 +40,29 @@ int64_t meta_int(const io::SafetensorsFile& f, const std::string& key) {
 
 }  // namespace
 
-void save_checkpoint(const Session& s, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(dir + ": cannot create checkpoint directory: " + ec.message());
+void write_checkpoint_files(const Session& s, const std::string& dir, const std::function<void()>& between) {
   const std::string step = std::to_string(s.step);
-  // Optimizer first: if we die between the two renames, the steps disagree and load says so.
-  io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),
-                       {{"format", kFormat}, {"step", step}, {"optimizer", s.options.optimizer},
-                        {"generator", generator_words(s.model->generator())}});
   io::save_safetensors(dir + "/model.safetensors", s.model->named_parameters(),
                        {{"format", kFormat}, {"step", step}, {"config", s.model->config().to_json()},
                         {"vocab", s.vocab.to_json()}, {"tokenization", data::tokenization_name(s.options.tokenization)},
                         {"options", s.options.to_json()}});
+  if (between) between();
+  io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),
+                       {{"format", kFormat}, {"step", step}, {"optimizer", s.options.optimizer},
+                        {"generator", generator_words(s.model->generator())}});
 }
 
+void save_checkpoint(const Session& s, const std::string& dir) { write_checkpoint(s, dir); }
+
 LoadedModel load_checkpoint(const std::string& dir) {
-  const std::string path = dir + "/model.safetensors";
+  const CheckpointFiles files = resolve_checkpoint(dir);
+  const std::string& path = files.model;
   if (!std::filesystem::exists(path)) throw IoError(dir + ": no model.safetensors (not a checkpoint directory?)");
   const io::SafetensorsFile f = io::load_safetensors(path);
   if (meta(f, "format") != kFormat)
     throw IoError(path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " + kFormat + ")");
   LoadedModel m;
+  m.optimizer_path = files.optimizer;
   m.step = meta_int(f, "step");
   try {
     m.options = TrainOptions::from_json(meta(f, "options"));

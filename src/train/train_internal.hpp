@@ -1,6 +1,8 @@
 // Shared between the training loop and checkpoints (internal to src/train).
 #pragma once
 
+#include <functional>
+
 #include "tapegrad/io.hpp"
 #include "tapegrad/train.hpp"
 
@@ -8,5 +10,11 @@ namespace tapegrad::train {
 
 // Restores optimizer state, the model generator and the step from optimizer.safetensors.
 void restore_training_state(Session& session, const io::SafetensorsFile& state);
+
+// The first of `named` (or of their gradients) holding a NaN or an infinity; "" if none does.
+std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named, bool of_grads);
+
+// Writes model.safetensors, calls `between`, then writes optimizer.safetensors, into `dir`.
+void write_checkpoint_files(const Session& session, const std::string& dir, const std::function<void()>& between);
 
 }  // namespace tapegrad::train

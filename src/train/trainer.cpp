@@ -7,9 +7,11 @@
 #include <sstream>
 
 #include "kernels/kernels.hpp"
+#include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
+#include "tapegrad/io.hpp"
 #include "tapegrad/ops.hpp"
 #include "tapegrad/train.hpp"
 
@@ -20,12 +22,16 @@ namespace {
 // Stream ids keep the generators of different purposes independent for one seed.
 constexpr uint64_t kTrainStream = 0x7261696eull, kValidStream = 0x76616c69ull, kSplitStream = 0x73706c74ull;
 
-uint64_t mix(uint64_t a, uint64_t b) { return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64(); }
+uint64_t mix(uint64_t a, uint64_t b) {
+  return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64();
+}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const models::Seq2Seq& model) {
   auto params = model.named_parameters();
-  if (o.optimizer == "adamw") return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, true);
-  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, false);
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, true);
+  if (o.optimizer == "adam")
+    return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, false);
   if (o.optimizer == "sgd") return std::make_unique<optim::Sgd>(params, o.lr, o.momentum, o.weight_decay);
   throw Error("optimizer: unknown '" + o.optimizer + "' (expected adamw, adam or sgd)");
 }
@@ -55,7 +61,8 @@ data::Batch Session::batch_for_step(int64_t s) const {
         perm.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
         Generator g(mix(options.seed ^ kSplitStream, uint64_t(epoch)));
-        for (int64_t j = n - 1; j > 0; --j) std::swap(perm[size_t(j)], perm[size_t(g.next_u64() % uint64_t(j + 1))]);
+        for (int64_t j = n - 1; j > 0; --j)
+          std::swap(perm[size_t(j)], perm[size_t(g.next_u64() % uint64_t(j + 1))]);
         perm_epoch = epoch;
       }
       ex.push_back(train_examples[size_t(perm[size_t(pos)])]);
@@ -66,37 +73,67 @@ data::Batch Session::batch_for_step(int64_t s) const {
 
 std::string Session::describe() const {
   std::ostringstream os;
-  os << models::model_name(options.model.kind) << " with " << model->parameter_count() << " parameters, vocab "
-     << vocab.size() << ", ";
-  if (task) os << "task " << task->name() << " (lengths " << options.task_options.min_len << "-"
-               << options.task_options.max_len << ")";
-  else os << train_examples.size() << " training pairs from " << options.train_file;
+  os << models::model_name(options.model.kind) << " with " << model->parameter_count()
+     << " parameters, vocab " << vocab.size() << ", ";
+  if (task)
+    os << "task " << task->name() << " (lengths " << options.task_options.min_len << "-"
+       << options.task_options.max_len << ")";
+  else
+    os << train_examples.size() << " training pairs from " << options.train_file;
+  if (blank_lines) os << " (" << blank_lines << " blank line" << (blank_lines == 1 ? "" : "s") << " skipped)";
   os << ", " << valid_examples.size() << " held out";
   return os.str();
 }
 
+namespace {
+
+// The options a resumed run takes from the request; everything else comes from the checkpoint. From
+// the command line (`given` non-empty) only those given explicitly; from code, all of them.
+TrainOptions resumed_options(const TrainOptions& saved, const TrainOptions& requested) {
+  TrainOptions o = saved;
+  auto take = [&](const char* name) { return requested.given.empty() || requested.given.count(name) > 0; };
+  if (take("--steps")) o.steps = requested.steps;
+  if (take("--eval-every")) o.eval_every = requested.eval_every;
+  if (take("--log-every")) o.log_every = requested.log_every;
+  if (take("--save-every")) o.save_every = requested.save_every;
+  if (requested.threads) o.threads = requested.threads;
+  o.out_dir = requested.out_dir.empty() ? requested.resume_dir : requested.out_dir;
+  o.resume_dir = requested.resume_dir;
+  o.overwrite = requested.overwrite;
+  o.given = requested.given;
+  return o;
+}
+
+// TSV pairs must fit the model: a line longer than max_len is refused here, naming FILE:LINE,
+// rather than at the step that first samples it.
+void check_lengths(const std::vector<data::TextPair>& pairs, const std::string& file, int64_t max_len) {
+  for (const auto& p : pairs) {
+    const size_t longest = std::max(p.src.size(), p.tgt.size() + 1);  // the target gains <bos>/<eos>
+    if (int64_t(longest) > max_len)
+      throw IoError(file + ":" + std::to_string(p.line) + ": " + std::to_string(longest) +
+                    " tokens (with <bos>/<eos>), more than the model's max_len " + std::to_string(max_len));
+  }
+}
+
+}  // namespace
+
 Session make_session(const TrainOptions& requested) {
+  requested.validate();
   Session s;
   TrainOptions o = requested;
   int64_t resume_step = 0;
   std::unique_ptr<LoadedModel> resumed;
   if (!requested.resume_dir.empty()) {
     resumed = std::make_unique<LoadedModel>(load_checkpoint(requested.resume_dir));
-    // Data and model shape come from the checkpoint; run-length and logging options from the request.
-    TrainOptions saved = resumed->options;
-    saved.steps = requested.steps;
-    saved.eval_every = requested.eval_every;
-    saved.log_every = requested.log_every;
-    saved.save_every = requested.save_every;
-    saved.out_dir = requested.out_dir.empty() ? requested.resume_dir : requested.out_dir;
-    saved.resume_dir = requested.resume_dir;
-    if (requested.threads) saved.threads = requested.threads;
-    o = saved;
+    requested.check_resume(resumed->options);
+    o = resumed_options(resumed->options, requested);
+    if (o.steps < resumed->step)
+      throw Error("--steps " + std::to_string(o.steps) + ": below the checkpoint's step " +
+                  std::to_string(resumed->step) + " in " + requested.resume_dir +
+                  " (steps count the whole run)");
     resume_step = resumed->step;
   }
   if (o.threads > 0) kernels::set_num_threads(o.threads);
-  if (o.batch_size <= 0) throw Error("train: batch size must be positive, got " + std::to_string(o.batch_size));
-  if (o.steps < 0) throw Error("train: steps must be non-negative, got " + std::to_string(o.steps));
 
   if (o.train_file.empty()) {
     s.task = data::make_task(o.task, o.task_options);
@@ -105,22 +142,29 @@ Session make_session(const TrainOptions& requested) {
     Generator vg(mix(o.seed ^ kValidStream, 0));
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    const auto train_pairs = data::read_tsv(o.train_file, o.tokenization);
+    const auto train_pairs = data::read_tsv(o.train_file, o.tokenization, &s.blank_lines);
+    check_lengths(train_pairs, o.train_file, o.model.max_len);
     std::vector<data::TextPair> valid_pairs;
     std::vector<data::TextPair> kept = train_pairs;
+    size_t n_valid = 0;
     if (!o.valid_file.empty()) {
-      valid_pairs = data::read_tsv(o.valid_file, o.tokenization);
+      valid_pairs = data::read_tsv(o.valid_file, o.tokenization, &s.blank_lines);
+      check_lengths(valid_pairs, o.valid_file, o.model.max_len);
     } else {
       // Hold out a seeded random fraction of the training file.
       std::vector<size_t> idx(kept.size());
       for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
       Generator g(mix(o.seed ^ kSplitStream, 0xffff));
       for (size_t i = idx.size(); i-- > 1;) std::swap(idx[i], idx[g.next_u64() % (i + 1)]);
-      const size_t n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
+      n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
       kept.clear();
-      for (size_t i = 0; i < idx.size(); ++i) (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
+      for (size_t i = 0; i < idx.size(); ++i)
+        (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
     }
-    if (kept.empty()) throw Error("train: no training pairs left in " + o.train_file);
+    if (kept.empty())
+      throw Error("train: no training pairs left in " + o.train_file + ": its " +
+                  std::to_string(train_pairs.size()) + " pair(s) were all held out by --valid-fraction " +
+                  std::to_string(o.valid_fraction) + " (pass --valid FILE or a smaller --valid-fraction)");
     if (resumed) {
       s.vocab = resumed->vocab;
     } else {
@@ -134,10 +178,16 @@ Session make_session(const TrainOptions& requested) {
   o.model.vocab_size = s.vocab.size();
   if (o.decode_max_len <= 0) {
     int64_t longest = longest_target(s.valid_examples);
-    if (s.task) longest = std::max<int64_t>(longest, o.task_options.max_len);
-    else longest = std::max(longest, longest_target(s.train_examples));
+    if (s.task)
+      longest = std::max<int64_t>(longest, o.task_options.max_len);
+    else
+      longest = std::max(longest, longest_target(s.train_examples));
     o.decode_max_len = longest + 8;
   }
+  // The run directory is locked (and a checkpoint in it refused) before the model is built.
+  if (!o.out_dir.empty())
+    s.run_dir = std::make_shared<RunDirectory>(
+        o.out_dir, o.overwrite || (resumed && same_directory(o.out_dir, o.resume_dir)));
   if (resumed) {
     s.model = std::move(resumed->model);
     s.model->train();
@@ -147,15 +197,13 @@ Session make_session(const TrainOptions& requested) {
   s.optimizer = make_optimizer(o, *s.model);
   s.options = o;
   s.step = resume_step;
-  if (resumed) {
-    const io::SafetensorsFile state = io::load_safetensors(o.resume_dir + "/optimizer.safetensors");
-    restore_training_state(s, state);
-  }
+  if (resumed) restore_training_state(s, io::load_safetensors(resumed->optimizer_path));
   return s;
 }
 
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
-                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples) {
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
+                    int samples) {
   EvalResult r;
   r.examples = int64_t(examples.size());
   if (examples.empty()) return r;
@@ -166,8 +214,9 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
   double loss_sum = 0;
   int64_t loss_tokens = 0;
   for (size_t start = 0; start < examples.size(); start += size_t(batch_size)) {
-    const std::vector<data::Example> chunk(examples.begin() + long(start),
-                                           examples.begin() + long(std::min(examples.size(), start + size_t(batch_size))));
+    const std::vector<data::Example> chunk(
+        examples.begin() + long(start),
+        examples.begin() + long(std::min(examples.size(), start + size_t(batch_size))));
     const data::Batch batch = data::make_batch(chunk);
     const int64_t n_tok = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n_tok);
@@ -195,51 +244,64 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
 void train(Session& s, const std::function<void(const StepLog&)>& on_step,
            const std::function<void(int64_t, const EvalResult&)>& on_eval) {
   const TrainOptions& o = s.options;
-  std::ofstream csv;
-  if (!o.out_dir.empty()) {
-    std::filesystem::create_directories(o.out_dir);
-    const std::string path = o.out_dir + "/metrics.csv";
-    const bool fresh = s.step == 0 || !std::filesystem::exists(path);
-    csv.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (!csv) throw IoError(path + ": cannot open for writing");
-    if (fresh) csv << "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match\n";
+  RunDirectory* run = s.run_dir.get();
+  if (!o.out_dir.empty() && !run) {  // a session built by hand: lock its directory now
+    s.run_dir = std::make_shared<RunDirectory>(o.out_dir, s.step > 0 || o.overwrite);
+    run = s.run_dir.get();
   }
+  if (run) {
+    // Resuming into another directory carries the original run's curve over.
+    const bool elsewhere = !o.resume_dir.empty() && !same_directory(o.out_dir, o.resume_dir);
+    run->open_metrics(s.step, elsewhere ? o.resume_dir + "/metrics.csv" : "");
+  }
+  const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
     const EvalResult r = evaluate(*s.model, s.vocab, o.tokenization, s.valid_examples, 256, o.decode_max_len);
-    if (csv.is_open()) csv << step << ",,,,," << r.loss << "," << r.token_accuracy << "," << r.exact_match << "\n" << std::flush;
-    if (!o.out_dir.empty()) {
-      std::ofstream samples(o.out_dir + "/samples.txt", std::ios::trunc);
-      samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match " << r.exact_match << "\n";
+    if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
+      std::ostringstream row;
+      row << step << ",,,,," << r.loss << "," << r.token_accuracy << "," << r.exact_match;
+      run->append_metrics(row.str());
+      std::ostringstream samples;
+      samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match "
+              << r.exact_match << "\n";
       for (const auto& line : r.samples) samples << line << "\n";
+      io::write_file_atomic(o.out_dir + "/samples.txt", samples.str());
     }
     if (on_eval) on_eval(step, r);
   };
   s.model->train();
   const auto t_start = std::chrono::steady_clock::now();
   while (s.step < o.steps) {
-    const int64_t step = s.step + 1;
-    const auto t0 = std::chrono::steady_clock::now();
-    const data::Batch batch = s.batch_for_step(step);
-    const double lr = optim::learning_rate(o.schedule, o.lr, step, o.warmup, o.steps);
-    s.optimizer->set_lr(lr);
-    const Tensor loss = s.model->loss(batch, o.label_smoothing);
-    backward(loss);
-    const double grad_norm = optim::clip_grad_norm(s.model->parameters(), o.clip_norm);
-    s.optimizer->step();
-    s.optimizer->zero_grad();
-    s.step = step;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const StepLog log{step, loss.item(), lr, grad_norm, double(batch.target_tokens()) / std::max(secs, 1e-9),
+    StepResult r;
+    try {
+      r = train_step(s, s.batch_for_step(s.step + 1));
+    } catch (const NonFiniteError& e) {
+      if (!run) throw;
+      // The parameters of step s.step gave it: if they were saved, they are not a good checkpoint.
+      const int64_t kept = roll_back_checkpoint(o.out_dir, s.step);
+      throw NonFiniteError(std::string(e.what()) + "; " +
+                           (kept >= 0 ? "the checkpoint in " + o.out_dir + " is step " + std::to_string(kept)
+                                      : "no finite checkpoint is left in " + o.out_dir));
+    }
+    const StepLog log{r.step,
+                      r.loss,
+                      r.lr,
+                      r.grad_norm,
+                      double(r.tokens) / std::max(r.seconds, 1e-9),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()};
-    if (csv.is_open() && (step % std::max<int64_t>(o.log_every, 1) == 0 || step == o.steps))
-      csv << step << "," << log.loss << "," << lr << "," << grad_norm << "," << log.tokens_per_second << ",,,\n";
+    if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
+      std::ostringstream row;
+      row << r.step << "," << log.loss << "," << r.lr << "," << r.grad_norm << "," << log.tokens_per_second
+          << ",,,";
+      run->append_metrics(row.str());
+    }
     if (on_step) on_step(log);
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) run_eval(step);
-    if (!o.out_dir.empty() && o.save_every > 0 && step % o.save_every == 0 && step != o.steps)
-      save_checkpoint(s, o.out_dir);
+    if (o.eval_every > 0 && r.step % o.eval_every == 0 && r.step != o.steps) run_eval(r.step);
+    if (run && o.save_every > 0 && r.step % o.save_every == 0 && r.step != o.steps)
+      write_checkpoint(s, o.out_dir);
   }
   run_eval(s.step);
-  if (!o.out_dir.empty()) save_checkpoint(s, o.out_dir);
+  if (run) write_checkpoint(s, o.out_dir);
 }
 
 }  // namespace tapegrad::train

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace tapegrad::test {
 
@@ -33,6 +34,31 @@ inline Run run(const std::string& args, const std::string& stdin_text = "") {
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// `tapegrad ARGS` with one extra environment variable set (NAME=VALUE) for the child only.
+inline Run run_with_env(const std::string& name, const std::string& value, const std::string& args) {
+  ::setenv(name.c_str(), value.c_str(), 1);
+  Run r = run(args);
+  ::unsetenv(name.c_str());
+  return r;
+}
+
+// Starts `tapegrad ARGS...` in the background with its output discarded; returns its pid.
+inline pid_t spawn(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    const std::string exe = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad";
+    argv.push_back(const_cast<char*>(exe.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 // A fresh (removed, not created) path in the temporary directory, unique to this process.

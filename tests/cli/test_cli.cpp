@@ -78,7 +78,7 @@ TEST_CASE("k steps + save + resume + N-k steps equals N steps bit for bit", "[cl
 TEST_CASE("bad input: one line on stderr and exit code 2", "[cli][errors]") {
   const std::string dir = temp_dir("errors");
   fs::create_directories(dir);
-  std::ofstream(dir + "/bad.tsv") << "abc\tcba\n# a comment\nno tab on this line\nxy\tyx\n";
+  std::ofstream(dir + "/bad.tsv") << "abc\tcba\n# hash\tdata\nno tab on this line\nxy\tyx\n";
   const Run tsv = run("train --train " + dir + "/bad.tsv --steps 1 --out " + dir + "/run");
   CHECK(tsv.code == 2);
   CHECK_THAT(tsv.out, Catch::Contains("bad.tsv:3"));

@@ -319,16 +319,22 @@ TEST_CASE("whitespace tokenisation splits on runs of spaces and tabs", "[data]")
 
 // ---- TSV -----------------------------------------------------------------------------------------
 
-TEST_CASE("read_tsv parses pairs, skipping comments and blank lines, stripping \\r", "[data]") {
-  const TempFile f("good.tsv", "# a comment\n\nthe cat\tle chat\r\n   \ndog\tchien\n#x\ty\nnaïve\t日本");
-  const auto pairs = read_tsv(f.str(), Tokenization::whitespace);
-  REQUIRE(pairs.size() == 3);
+TEST_CASE("read_tsv parses pairs, counting blank lines, keeping '#' lines as data, stripping \\r", "[data]") {
+  const TempFile f("good.tsv", "\nthe cat\tle chat\r\n   \ndog\tchien\n#x\ty\nnaïve\t日本");
+  int64_t blank = 0;
+  auto pairs = read_tsv(f.str(), Tokenization::whitespace, &blank);
+  CHECK(blank == 2);
+  REQUIRE(pairs.size() == 4);
   CHECK(pairs[0].src == std::vector<std::string>{"the", "cat"});
   CHECK(pairs[0].tgt == std::vector<std::string>{"le", "chat"});
+  CHECK(pairs[0].line == 2);
   CHECK(pairs[1].src == std::vector<std::string>{"dog"});
-  CHECK(pairs[2].tgt == std::vector<std::string>{"日本"});
+  CHECK(pairs[2].src == std::vector<std::string>{"#x"});  // a source may start with '#'
+  CHECK(pairs[2].line == 5);
+  CHECK(pairs[3].tgt == std::vector<std::string>{"日本"});
+  pairs.erase(pairs.begin() + 2);  // the vocabulary below is of the other three
   const auto chars = read_tsv(f.str(), Tokenization::chars);
-  CHECK(chars[2].src == std::vector<std::string>{"n", "a", "ï", "v", "e"});
+  CHECK(chars[3].src == std::vector<std::string>{"n", "a", "ï", "v", "e"});
   CHECK(chars[0].tgt.back() == "t");  // the \r is gone
 
   const Vocab v = vocab_from_pairs(pairs);
@@ -349,8 +355,8 @@ TEST_CASE("read_tsv names the path and the 1-based line of a bad line", "[data]"
       {"a\t  ", "an empty target"},  // whitespace-only side: no tokens
   }));
   CAPTURE(line);
-  // Line 5: after a comment, a blank line, a good line and a CRLF good line.
-  const TempFile f("bad.tsv", "# header\n\nx\ty\nx\ty\r\n" + line + "\nok\tok\n");
+  // Line 5: after a '#' data line, a blank line, a good line and a CRLF good line.
+  const TempFile f("bad.tsv", "# header\tline\n\nx\ty\nx\ty\r\n" + line + "\nok\tok\n");
   const std::string msg = message_of<IoError>([&] { read_tsv(f.str(), Tokenization::whitespace); });
   CHECK_THAT(msg, Catch::StartsWith(f.str() + ":5: expected 'source<TAB>target', found "));
   CHECK_THAT(msg, Catch::Contains(expect));
@@ -360,7 +366,7 @@ TEST_CASE("read_tsv rejects missing, empty and non-UTF-8 files", "[data]") {
   const std::string missing = (std::filesystem::temp_directory_path() / "tapegrad_no_such_file.tsv").string();
   CHECK_THAT(message_of<IoError>([&] { read_tsv(missing, Tokenization::chars); }),
              Catch::StartsWith(missing + ": cannot open"));
-  const TempFile empty("empty.tsv", "# nothing\n\n");
+  const TempFile empty("empty.tsv", "\n  \n");
   CHECK_THAT(message_of<IoError>([&] { read_tsv(empty.str(), Tokenization::chars); }),
              Catch::StartsWith(empty.str() + ": no"));
   const TempFile latin1("latin1.tsv", "ok\tfine\ncaf\xe9\tx\n");

@@ -69,14 +69,12 @@ TEST_CASE("each model overfits one small batch", "[models]") {
     const data::Batch batch = data::make_batch(ex);
     auto model = models::make_model(tiny(kind, task->vocab().size()), 1);
     optim::Adam opt(model->named_parameters(), 1e-2);
+    train::StepRecipe recipe;
+    recipe.lr = 1e-2;
     double first = 0, last = 0;
-    for (int step = 0; step < 150; ++step) {
-      const Tensor loss = model->loss(batch);
-      if (step == 0) first = loss.item();
-      last = loss.item();
-      backward(loss);
-      opt.step();
-      opt.zero_grad();
+    for (int step = 1; step <= 150; ++step) {
+      last = train::train_step(*model, opt, recipe, batch, step).loss;
+      if (step == 1) first = last;
     }
     CHECK(first > 1.0);
     CHECK(last < 0.05);

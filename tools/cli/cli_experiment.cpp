@@ -31,8 +31,9 @@ Runner add_experiment(CLI::App& app) {
   sub->add_option("name", a->name, "bottleneck | long-range | positional | parallelism")->required();
   sub->add_option("--steps", a->o.steps,
                   "Training steps per arm (parallelism: timed steps per point); default: the experiment's own");
-  sub->add_option("--seed", a->o.seed, "Seed shared by every arm")->capture_default_str();
-  sub->add_option("--threads", a->o.threads, "Kernel threads (default: all cores); parallelism runs 1 and this many");
+  add_seed_option(sub, &a->o.seed, "Seed shared by every arm");
+  sub->add_option("--threads", a->o.threads, "Kernel threads (default: all cores); parallelism runs 1 and this many")
+      ->check(int_range(1, 1024));
   sub->add_option("--out", a->o.out_dir, "Directory for results.csv and report.txt");
   sub->add_flag("--quick", a->o.quick, "Tiny models, lengths and budgets: a first look in seconds");
   return [a] {

@@ -23,9 +23,12 @@ struct TrainArgs {
 
 std::string format_duration(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
   return buf;
 }
 
@@ -41,52 +44,111 @@ void print_eval(const char* prefix, const train::EvalResult& r) {
 Runner add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   train::TrainOptions& o = a->o;
-  auto* sub = app.add_subcommand("train",
-                                 "Train a sequence-to-sequence model on a built-in task or on TSV files.\n"
-                                 "Example: tapegrad train --model transformer --task reverse --steps 2000 --out runs/rev");
+  std::string resumable;
+  for (const auto& n : train::kResumableOptions) resumable += (resumable.empty() ? "" : ", ") + n;
+  auto* sub = app.add_subcommand(
+      "train",
+      "Train a sequence-to-sequence model on a built-in task or on TSV files.\n"
+      "Example: tapegrad train --model transformer --task reverse --steps 2000 --out runs/rev");
   sub->add_option("--model", a->model, "transformer | attention-rnn | rnn")->capture_default_str();
-  sub->add_option("--task", o.task, "Built-in task: copy, reverse, sort, recall, rotate")->capture_default_str();
-  sub->add_option("--min-len", o.task_options.min_len, "Shortest task source")->capture_default_str();
-  sub->add_option("--max-len", o.task_options.max_len, "Longest task source")->capture_default_str();
-  sub->add_option("--symbols", o.task_options.symbols, "Distinct task symbols (at most 26)")->capture_default_str();
-  sub->add_option("--train", o.train_file, "TSV file of source<TAB>target lines (instead of --task)");
-  sub->add_option("--valid", o.valid_file, "Held-out TSV file (default: hold out --valid-fraction of --train)");
-  sub->add_option("--valid-fraction", o.valid_fraction, "Fraction of --train held out without --valid")->capture_default_str();
+  sub->add_option("--task", o.task, "Built-in task: copy, reverse, sort, recall, rotate")
+      ->capture_default_str();
+  sub->add_option("--min-len", o.task_options.min_len, "Shortest task source")
+      ->capture_default_str()
+      ->check(int_range(1, 100000));
+  sub->add_option("--max-len", o.task_options.max_len, "Longest task source")
+      ->capture_default_str()
+      ->check(int_range(1, 100000));
+  sub->add_option("--symbols", o.task_options.symbols, "Distinct task symbols (at most 26)")
+      ->capture_default_str()
+      ->check(int_range(1, 26));
+  sub->add_option("--train", o.train_file,
+                  "TSV file of source<TAB>target lines (instead of --task); every line is data ('#' too), "
+                  "blank lines are skipped and counted");
+  sub->add_option("--valid", o.valid_file,
+                  "Held-out TSV file (default: hold out --valid-fraction of --train)");
+  sub->add_option("--valid-fraction", o.valid_fraction, "Fraction of --train held out without --valid")
+      ->capture_default_str()
+      ->check(finite_range(0, 1, true));
   sub->add_option("--tokens", a->tokens, "TSV tokenisation: chars | whitespace")->capture_default_str();
-  sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size, "Sequences per step")->capture_default_str();
+  sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")
+      ->capture_default_str()
+      ->check(int_range(0, int64_t(1) << 40));
+  sub->add_option("--batch-size", o.batch_size, "Sequences per step")
+      ->capture_default_str()
+      ->check(int_range(1, 1 << 20));
   sub->add_option("--optimizer", o.optimizer, "adamw | adam | sgd")->capture_default_str();
-  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(finite_range(1e-30, 1e3));
   sub->add_option("--schedule", a->schedule, "constant | inverse_sqrt | cosine")->capture_default_str();
-  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")->capture_default_str();
-  sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for adamw)")->capture_default_str();
-  sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  sub->add_option("--clip", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")->capture_default_str();
-  sub->add_option("--label-smoothing", o.label_smoothing, "Label smoothing epsilon")->capture_default_str();
-  sub->add_option("--layers", o.model.layers, "Layers per side (encoder and decoder)")->capture_default_str();
-  sub->add_option("--d-model", o.model.d_model, "Model / embedding width")->capture_default_str();
-  sub->add_option("--heads", o.model.heads, "Attention heads (transformer)")->capture_default_str();
-  sub->add_option("--d-ff", o.model.d_ff, "Feed-forward width (transformer)")->capture_default_str();
-  auto* dropout = sub->add_option("--dropout", o.model.dropout,
-                                  "Dropout probability (default: 0 for a built-in task, whose data is unlimited "
-                                  "and fresh every step; 0.1 for TSV data)");
-  sub->add_option("--positional", a->positional, "sinusoidal | learned | none (transformer)")->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")
+      ->capture_default_str()
+      ->check(int_range(0, int64_t(1) << 40));
+  sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for adamw)")
+      ->capture_default_str()
+      ->check(finite_range(0, 1e3));
+  sub->add_option("--momentum", o.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->check(finite_range(0, 1, true));
+  sub->add_option("--clip", o.clip_norm, "Clip gradients to this global L2 norm (0: off)")
+      ->capture_default_str()
+      ->check(finite_range(0, 1e30));
+  sub->add_option("--label-smoothing", o.label_smoothing, "Label smoothing epsilon")
+      ->capture_default_str()
+      ->check(finite_range(0, 1, true));
+  sub->add_option("--layers", o.model.layers, "Layers per side (encoder and decoder)")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  sub->add_option("--d-model", o.model.d_model, "Model / embedding width")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  sub->add_option("--heads", o.model.heads, "Attention heads (transformer)")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  sub->add_option("--d-ff", o.model.d_ff, "Feed-forward width (transformer)")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  auto* dropout =
+      sub->add_option("--dropout", o.model.dropout,
+                      "Dropout probability (default: 0 for a built-in task, whose data is unlimited "
+                      "and fresh every step; 0.1 for TSV data)")
+          ->check(finite_range(0, 1, true));
+  sub->add_option("--positional", a->positional, "sinusoidal | learned | none (transformer)")
+      ->capture_default_str();
   sub->add_flag("--pre-ln", a->pre_ln, "Layer norm before each sub-layer instead of after (transformer)");
-  sub->add_option("--activation", a->activation, "Feed-forward activation: relu | gelu")->capture_default_str();
+  sub->add_option("--activation", a->activation, "Feed-forward activation: relu | gelu")
+      ->capture_default_str();
   sub->add_option("--rnn-cell", a->cell, "elman | gru | lstm (rnn models)")->capture_default_str();
-  sub->add_option("--hidden", o.model.hidden, "RNN hidden size")->capture_default_str();
-  sub->add_option("--attention", a->attention, "additive | dot scoring (attention-rnn)")->capture_default_str();
-  sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)");
-  sub->add_option("--seed", o.seed, "Seed for initialisation, data and dropout")->capture_default_str();
+  sub->add_option("--hidden", o.model.hidden, "RNN hidden size")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  sub->add_option("--attention", a->attention, "additive | dot scoring (attention-rnn)")
+      ->capture_default_str();
+  sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)")->check(int_range(1, 1024));
+  add_seed_option(sub, &o.seed, "Seed for initialisation, data and dropout (an unsigned 64-bit integer)");
   sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv and samples.txt");
-  sub->add_option("--resume", o.resume_dir, "Continue training from this checkpoint directory");
-  sub->add_option("--eval-every", o.eval_every, "Validate every N steps")->capture_default_str();
-  sub->add_option("--log-every", o.log_every, "Log a line (and a CSV row) every N steps")->capture_default_str();
-  sub->add_option("--save-every", o.save_every, "Checkpoint every N steps (and at the end)")->capture_default_str();
-  sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")->capture_default_str();
-  return [a, dropout] {
+  sub->add_option(
+      "--resume", o.resume_dir,
+      "Continue training from this checkpoint directory, with its options; only " + resumable +
+          " may be given differently (--out DIR continues into DIR, leaving the original as it is)");
+  sub->add_flag("--overwrite", o.overwrite, "Replace the checkpoint already in --out (refused otherwise)");
+  sub->add_option("--eval-every", o.eval_every, "Validate every N steps (0: only at the end)")
+      ->capture_default_str()
+      ->check(int_range(0, INT64_MAX));
+  sub->add_option("--log-every", o.log_every, "Log a line (and a CSV row) every N steps")
+      ->capture_default_str()
+      ->check(int_range(1, INT64_MAX));
+  sub->add_option("--save-every", o.save_every,
+                  "Checkpoint every N steps (and at the end; 0: only at the end)")
+      ->capture_default_str()
+      ->check(int_range(0, INT64_MAX));
+  sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
+      ->capture_default_str()
+      ->check(int_range(1, 1 << 24));
+  return [a, dropout, sub] {
     train::TrainOptions& o = a->o;
     if (!dropout->count()) o.model.dropout = o.train_file.empty() ? 0.0 : 0.1;
+    for (const CLI::Option* opt : sub->get_options())
+      if (opt->count() && !opt->get_lnames().empty()) o.given.insert("--" + opt->get_lnames().front());
     o.model.kind = models::parse_model(a->model);
     o.model.positional = nn::parse_positional(a->positional);
     o.model.activation = nn::parse_activation(a->activation);
@@ -95,6 +157,7 @@ Runner add_train(CLI::App& app) {
     o.model.norm_first = a->pre_ln;
     o.schedule = optim::parse_schedule(a->schedule);
     o.tokenization = data::parse_tokenization(a->tokens);
+    o.validate();
     train::Session s = train::make_session(o);
     std::printf("training %s\n", s.describe().c_str());
     std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", kernels::num_threads(),
@@ -116,9 +179,10 @@ Runner add_train(CLI::App& app) {
                         (long long)s.options.steps, l.loss, l.lr, tok_rate, format_duration(eta).c_str());
             std::fflush(stdout);
           } else if (l.step % std::max<int64_t>(s.options.log_every, 1) == 0 || l.step == s.options.steps) {
-            std::printf("step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
-                        (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
-                        format_duration(l.seconds).c_str(), format_duration(eta).c_str());
+            std::printf(
+                "step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
+                (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
+                format_duration(l.seconds).c_str(), format_duration(eta).c_str());
             std::fflush(stdout);
           }
         },
@@ -126,7 +190,9 @@ Runner add_train(CLI::App& app) {
           if (tty) std::printf("\n");
           print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
         });
-    if (!s.options.out_dir.empty()) std::printf("checkpoint, metrics.csv, samples.txt: %s\n", s.options.out_dir.c_str());
+    if (!s.options.out_dir.empty())
+      std::printf("checkpoint (latest -> step-%08lld), metrics.csv, samples.txt: %s\n", (long long)s.step,
+                  s.options.out_dir.c_str());
     return 0;
   };
 }
@@ -146,7 +212,8 @@ std::vector<data::Example> eval_examples(const train::LoadedModel& m, const std:
   *tok = task->tokenization();
   // The task's vocabulary must be the checkpoint's: ids mean the same tokens.
   if (task->vocab().tokens() != m.vocab.tokens())
-    throw Error("eval: task '" + task_name + "' with these options has a different vocabulary than the checkpoint");
+    throw Error("eval: task '" + task_name +
+                "' with these options has a different vocabulary than the checkpoint");
   Generator gen(seed);
   std::vector<data::Example> ex;
   for (int64_t i = 0; i < size; ++i) ex.push_back(task->sample(gen));
@@ -165,18 +232,26 @@ Runner add_eval(CLI::App& app) {
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("eval",
-                                 "Evaluate a checkpoint by greedy decoding; prints exact_match and token_accuracy.\n"
-                                 "Example: tapegrad eval --checkpoint runs/rev --task reverse");
+  auto* sub =
+      app.add_subcommand("eval",
+                         "Evaluate a checkpoint by greedy decoding; prints exact_match and token_accuracy.\n"
+                         "Example: tapegrad eval --checkpoint runs/rev --task reverse");
   sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
   sub->add_option("--task", a->task, "Built-in task (default: the one it was trained on)");
-  auto* mn = sub->add_option("--min-len", a->task_options.min_len, "Shortest task source (default: as trained)");
-  auto* mx = sub->add_option("--max-len", a->task_options.max_len, "Longest task source (default: as trained)");
+  auto* mn =
+      sub->add_option("--min-len", a->task_options.min_len, "Shortest task source (default: as trained)")
+          ->check(int_range(1, 100000));
+  auto* mx =
+      sub->add_option("--max-len", a->task_options.max_len, "Longest task source (default: as trained)")
+          ->check(int_range(1, 100000));
   sub->add_option("--valid", a->valid, "TSV file to evaluate on instead of a task");
-  sub->add_option("--size", a->size, "Task examples to evaluate")->capture_default_str();
-  sub->add_option("--seed", a->seed, "Seed of the evaluation examples (differs from training's)")->capture_default_str();
-  sub->add_option("--max-output", a->max_len, "Longest output to decode (default: longest target + 8)");
-  sub->add_option("--threads", a->threads, "Kernel threads");
+  sub->add_option("--size", a->size, "Task examples to evaluate")
+      ->capture_default_str()
+      ->check(int_range(1, 1 << 24));
+  add_seed_option(sub, &a->seed, "Seed of the evaluation examples (differs from training's)");
+  sub->add_option("--max-output", a->max_len, "Longest output to decode (default: longest target + 8)")
+      ->check(int_range(1, 100000));
+  sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
   return [a, mn, mx] {
     if (a->threads > 0) kernels::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
@@ -216,13 +291,15 @@ Runner add_translate(CLI::App& app) {
                                  "Decode source lines with a checkpoint: one output line per input line.\n"
                                  "Example: echo abcdef | tapegrad translate --checkpoint runs/rev");
   sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
-  sub->add_option("--beam", a->beam, "Beam width (1: greedy)")->capture_default_str();
-  sub->add_option("--max-output", a->max_len, "Longest output (default: 2 x input + 8)");
-  sub->add_option("--threads", a->threads, "Kernel threads");
+  sub->add_option("--beam", a->beam, "Beam width (1: greedy)")
+      ->capture_default_str()
+      ->check(int_range(1, 64));
+  sub->add_option("--max-output", a->max_len, "Longest output (default: 2 x input + 8)")
+      ->check(int_range(1, 100000));
+  sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
   sub->add_option("inputs", a->inputs, "Source lines (default: read stdin)");
   return [a] {
     if (a->threads > 0) kernels::set_num_threads(a->threads);
-    if (a->beam < 1) throw Error("translate: --beam must be at least 1");
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     const data::Tokenization tok = m.options.tokenization;
     std::vector<std::string> lines = a->inputs;

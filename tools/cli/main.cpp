@@ -9,7 +9,8 @@
 //   tapegrad tape        records a small MLP step and prints its tape
 //   tapegrad info        instruction set in use, threads, cache sizes
 //
-// Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2.
+// Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2; a training run
+// stopped by a non-finite loss or gradient exits 3.
 #include <cstdio>
 #include <vector>
 
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
   try {
     for (const auto& [sub, run] : commands)
       if (sub->parsed()) return run();
+  } catch (const tapegrad::NonFiniteError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad: %s\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tapegrad: %s\n", e.what());

@@ -1,0 +1,74 @@
+// The training step, written once: learning rate, forward + loss, backward, the non-finite check,
+// clipping, the optimizer update and zeroing the gradients. The trainer, the experiments, the
+// training benchmark and the tests all call it, so a change to any part of a step is made here.
+#include <chrono>
+#include <cmath>
+
+#include "src/train/train_internal.hpp"
+#include "tapegrad/autograd.hpp"
+#include "tapegrad/ops.hpp"
+#include "tapegrad/train.hpp"
+
+namespace tapegrad::train {
+
+// sum(t * 0) is NaN exactly when some element of t is not finite. One pass; off the hot path.
+std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named, bool of_grads) {
+  NoGrad no_grad;
+  for (const auto& [name, p] : named) {
+    const Tensor t = of_grads ? p.grad() : p;
+    if (t.defined() && t.numel() > 0 && !std::isfinite(sum(mul(t, 0.0)).item())) return name;
+  }
+  return "";
+}
+
+namespace {
+
+std::string show(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
+  return std::to_string(v);
+}
+
+}  // namespace
+
+StepRecipe StepRecipe::from(const TrainOptions& o) {
+  return {o.lr, o.schedule, o.warmup, o.steps, o.clip_norm, o.label_smoothing};
+}
+
+StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
+                      const data::Batch& batch, int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step;
+  r.tokens = batch.target_tokens();
+  r.lr = optim::learning_rate(recipe.schedule, recipe.lr, step, recipe.warmup, recipe.total_steps);
+  optimizer.set_lr(r.lr);
+  const Tensor loss = model.loss(batch, recipe.label_smoothing);
+  r.loss = loss.item();
+  if (!std::isfinite(r.loss)) {
+    optimizer.zero_grad();
+    throw NonFiniteError("step " + std::to_string(step) + ": the loss is " + show(r.loss) +
+                         "; training stopped before this step's update");
+  }
+  backward(loss);
+  r.grad_norm = optim::clip_grad_norm(model.parameters(), recipe.clip_norm);
+  if (!std::isfinite(r.grad_norm)) {
+    const std::string where = first_nonfinite(model.named_parameters(), /*of_grads=*/true);
+    optimizer.zero_grad();
+    throw NonFiniteError("step " + std::to_string(step) + ": the gradient norm is " + show(r.grad_norm) +
+                         (where.empty() ? std::string() : " (first non-finite gradient: " + where + ")") +
+                         "; training stopped before this step's update");
+  }
+  optimizer.step();
+  optimizer.zero_grad();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+StepResult train_step(Session& s, const data::Batch& batch) {
+  const StepResult r = train_step(*s.model, *s.optimizer, StepRecipe::from(s.options), batch, s.step + 1);
+  s.step = r.step;
+  return r;
+}
+
+}  // namespace tapegrad::train
