@@ -124,11 +124,32 @@ bool should_record(const std::vector<Tensor>& inputs);
 // Marks `output` as produced by `op` and appends the entry to the current tape.
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
             std::function<void(const Tensor&)> backward);
-// t.grad += g (g has t's shape). Adopts g without copying when nothing else holds it.
-void accumulate_grad(const Tensor& t, Tensor g);
-// t's gradient buffer, created if needed. `fresh` is set when it was just created and holds
-// uninitialised memory the caller must overwrite rather than add to (lets GEMM use beta = 0).
+
+// ---- writing gradients: the three ways a backward touches an input's .grad ---------------------
+//
+// Every backward closure (src/ops) writes its inputs' gradients through exactly one of these:
+//   grad_buffer         a kernel that writes every element: overwrite a new buffer, add to an old one
+//   grad_buffer_zeroed  a kernel that only adds (scatters, windows, sums): a new buffer starts at zero
+//   accumulate_grad     a gradient already computed as a tensor (or dy itself): add it, or adopt it
+//
+// The sole-owner rule, the one condition under which a gradient takes over another tensor's storage
+// instead of copying it: t has no gradient yet, and g is contiguous, does not require grad, and is the
+// only handle on its storage (no other Tensor shares g's impl, no other impl shares g's storage). The
+// dy a backward receives passes when nothing retains it (the walk has already dropped the output's
+// reference), so a chain of adds, reshapes and contiguous copies hands one buffer down without copying.
+// After adopting, t.grad and g share storage until the backward returns: one that reads g again must
+// not first write that t's gradient with a kernel (passing g to accumulate_grad again is fine).
+
+// t.grad += g. g holds t's elements in row-major order: it has t's shape or, for the gradient of a
+// reshape, any shape with t's element count. Adopts g's storage under the sole-owner rule, else copies
+// (first gradient) or adds (later ones). Throws AutogradError when the element counts differ.
+void accumulate_grad(const Tensor& t, const Tensor& g);
+// t's contiguous gradient buffer for a kernel that writes every element. `fresh` is set when it was
+// just created and holds uninitialised memory the kernel must overwrite (GEMM with beta = 0, a
+// gather); otherwise it holds earlier gradients the kernel must add to.
 Tensor grad_buffer(const Tensor& t, bool* fresh);
+// t's contiguous gradient buffer, zero-filled when just created, for kernels that only add into it.
+Tensor grad_buffer_zeroed(const Tensor& t);
 
 // ---- gradient checking --------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 // shape), allocates its output, calls a kernel, and records a tape entry when some input requires
 // grad. float32 and float64 are both supported by every op; mixing them is an error.
 // Shapes: B batch, T time, C channels/features, H heads, V vocabulary.
+// Each section names the file that defines it; Tensor's member shortcuts (reshape, sum, ...) are in
+// src/ops/tensor_methods.cpp and every op's gradient-check row in src/ops/op_checks.cpp.
 #pragma once
 
 #include <vector>
@@ -10,7 +12,7 @@
 
 namespace tapegrad {
 
-// ---- elementwise, numpy broadcasting ------------------------------------------------------------
+// ---- elementwise, numpy broadcasting (src/ops/elementwise.cpp) ----------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -50,7 +52,7 @@ Tensor operator*(const Tensor& a, double s);
 Tensor operator*(double s, const Tensor& a);
 Tensor operator/(const Tensor& a, double s);
 
-// ---- linear algebra -----------------------------------------------------------------------------
+// ---- linear algebra (src/ops/matmul.cpp) --------------------------------------------------------
 // a [.., M, K] @ b [.., K, N] -> [.., M, N]; 1-D b is a vector; leading dims broadcast.
 // Transposed views of the last two dims are passed to GEMM as transposes, not copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -75,7 +77,7 @@ class WeightPackScope {
   bool outermost_;
 };
 
-// ---- shape ---------------------------------------------------------------------------------------
+// ---- shape (src/ops/shape.cpp) ------------------------------------------------------------------
 Tensor reshape(const Tensor& a, const Shape& shape);  // one dimension may be -1
 Tensor transpose(const Tensor& a, int dim0, int dim1);
 Tensor permute(const Tensor& a, const std::vector<int>& dims);
@@ -85,7 +87,7 @@ Tensor stack(const std::vector<Tensor>& xs, int axis);
 // Elements [start, start + length) along axis (a view; recorded).
 Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length);
 
-// ---- reductions ----------------------------------------------------------------------------------
+// ---- reductions (src/ops/reduce.cpp) ------------------------------------------------------------
 Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, int axis, bool keepdim = false);
 Tensor mean(const Tensor& a);
@@ -93,7 +95,7 @@ Tensor mean(const Tensor& a, int axis, bool keepdim = false);
 Tensor max(const Tensor& a);  // gradient flows to the first maximum
 Tensor max(const Tensor& a, int axis, bool keepdim = false);
 
-// ---- softmax family ------------------------------------------------------------------------------
+// ---- softmax family and cross-entropy (src/ops/softmax.cpp) -------------------------------------
 struct SoftmaxSpec {
   double scale = 1.0;  // applied to x before the mask
   Tensor mask;         // additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing
@@ -103,21 +105,23 @@ struct SoftmaxSpec {
 // softmax(scale * x + mask) over the last axis.
 Tensor softmax(const Tensor& x, const SoftmaxSpec& spec = {});
 Tensor log_softmax(const Tensor& x);
-
-// ---- normalisation, indexing, losses, regularisation -----------------------------------------------
-// Over the last axis; weight and bias [C] may be undefined.
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
-// table [V, C], ids int32 [...] -> [..., C]
-Tensor embedding(const Tensor& table, const Tensor& ids);
 // logits [N, V] (or [B, T, V]), targets int32 [N] (or [B, T]) -> scalar mean over non-ignored targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100,
                      double label_smoothing = 0.0);
+
+// ---- normalisation (src/ops/norm.cpp) -----------------------------------------------------------
+// Over the last axis; weight and bias [C] may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// ---- indexing and regularisation (src/ops/indexing.cpp) -----------------------------------------
+// table [V, C], ids int32 [...] -> [..., C]
+Tensor embedding(const Tensor& table, const Tensor& ids);
 // Zeroes each element with probability p and scales the rest by 1/(1-p); identity if !training.
 // The mask is a function of (seed, element index), so results do not depend on thread count.
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 
-// ---- fused recurrent-model ops (src/ops/fused.cpp) ------------------------------------------------
+// ---- fused recurrent-model ops (src/ops/fused.cpp) ----------------------------------------------
 // GRU gates from the input and recurrent projections xp, hp [B, 3H] (gate order r, z, n; rows may be
 // strided views, e.g. one time step of a [B, T, 3H] projection) and the state h [B, H]:
 //   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h  -> [B, H]

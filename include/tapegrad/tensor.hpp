@@ -4,7 +4,8 @@
 // ids, targets and masks. A Tensor is a cheap handle (a shared pointer); copies alias. Views
 // (reshape of a contiguous tensor, transpose, permute, narrow) share storage and carry strides;
 // kernels want contiguous buffers, so ops call contiguous() where they need it. Differentiable
-// functions live in ops.hpp; the member functions here that return tensors forward to them.
+// functions live in ops.hpp; the member functions here that return tensors forward to them (defined
+// in the ops layer, src/ops/tensor_methods.cpp, so the tensor layer depends on nothing above it).
 // Storage comes from a caching allocator (see memory.hpp), so steady-state training takes no fresh
 // pages from the OS.
 #pragma once
@@ -115,7 +116,7 @@ class Tensor {
   Tensor to(DType d) const;    // converted copy
   void copy_from(const Tensor& src);  // in place, same shape and dtype; for optimizers and loading
 
-  // ---- differentiable shortcuts (see ops.hpp)
+  // ---- differentiable shortcuts to ops.hpp (defined in src/ops/tensor_methods.cpp)
   Tensor reshape(const Shape& shape) const;
   Tensor transpose(int dim0, int dim1) const;
   Tensor permute(const std::vector<int>& dims) const;

@@ -3,8 +3,8 @@
 #include <sstream>
 #include <vector>
 
-#include "internal.hpp"
 #include "kernels/kernels.hpp"
+#include "src/internal.hpp"
 #include "tapegrad/autograd.hpp"
 
 namespace tapegrad {
@@ -96,23 +96,36 @@ void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::fu
     for (TapeObserver* o : t_observers) o->recorded(tape, tape.size() - 1);
 }
 
-void accumulate_grad(const Tensor& t, Tensor g) {
+// ---- writing gradients ---------------------------------------------------------------------------
+
+namespace {
+// The sole-owner rule (autograd.hpp), written once.
+bool may_adopt(const TensorImpl& t, const Tensor& g) {
+  return !t.grad.defined() && g.is_contiguous() && !g.requires_grad() && g.impl_ptr().use_count() == 1 &&
+         g.impl()->storage.use_count() == 1;
+}
+}  // namespace
+
+void accumulate_grad(const Tensor& t, const Tensor& g) {
   TensorImpl& ti = *t.impl();
-  if (g.shape() != ti.shape)
+  if (g.numel() != ti.shape.numel())
     throw AutogradError("backward: gradient shape " + to_string(g.shape()) + " does not match tensor " + t.describe());
-  if (!ti.grad.defined()) {
-    // Adopt g when it is a contiguous buffer no one else holds; otherwise copy.
-    if (g.is_contiguous() && g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 &&
-        g.impl()->offset == 0 && !g.requires_grad()) {
-      ti.grad = std::move(g);
-    } else {
-      ti.grad = g.clone();
-    }
+  if (may_adopt(ti, g)) {
+    // Same shape: share g's handle (the caller's copy dies with its backward); a reshape: view it.
+    ti.grad =
+        g.shape() == ti.shape ? g : make_view(g, ti.shape, contiguous_strides(ti.shape), g.impl()->offset);
     return;
   }
+  if (!ti.grad.defined()) {  // a first gradient that may not be adopted: a copy in t's shape
+    const Tensor copy = g.clone();
+    ti.grad = g.shape() == ti.shape ? copy : make_view(copy, ti.shape, contiguous_strides(ti.shape), 0);
+    return;
+  }
+  // Later gradients add in (when t's gradient is g's own storage, as in x + x after the first x adopted
+  // dy, the elementwise add reads each element before writing it).
+  const Tensor gc = g.is_contiguous() ? g : g.clone();
   detail::visit_float(ti.dtype, "backward", [&](auto z) {
     using T = decltype(z);
-    const Tensor gc = g.is_contiguous() ? g : g.clone();
     kernels::affine<T>(gc.numel(), gc.template data<T>(), T(1), T(0), ti.grad.template data<T>(), true);
   });
 }
@@ -123,6 +136,19 @@ Tensor grad_buffer(const Tensor& t, bool* fresh) {
   if (*fresh) ti.grad = Tensor::empty(ti.shape, ti.dtype);
   return ti.grad;
 }
+
+Tensor grad_buffer_zeroed(const Tensor& t) {
+  bool fresh = false;
+  Tensor g = grad_buffer(t, &fresh);
+  if (fresh)
+    detail::visit_float(t.dtype(), "backward", [&](auto z) {
+      using T = decltype(z);
+      kernels::fill<T>(g.numel(), T(0), g.template data<T>());
+    });
+  return g;
+}
+
+// ---- the reverse walk ------------------------------------------------------------------------------
 
 void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
   if (!output.defined()) throw AutogradError("backward: output is undefined");

@@ -1,7 +1,7 @@
 // ModelConfig <-> JSON (stored in checkpoint metadata), validation, and the model factory.
 #include <nlohmann/json.hpp>
 
-#include "models_internal.hpp"
+#include "src/models/models_internal.hpp"
 
 namespace tapegrad::models {
 

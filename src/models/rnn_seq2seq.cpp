@@ -1,7 +1,7 @@
 // RNN encoder-decoders: vanilla (the decoder sees only the encoder's final state) and attention
 // (Luong-style: at step t the decoder state h_t attends over all encoder states, the attentional
 // vector tanh(W_c [h_t; c_t]) predicts the token and is fed to the next step's input).
-#include "models_internal.hpp"
+#include "src/models/models_internal.hpp"
 #include "tapegrad/autograd.hpp"
 
 namespace tapegrad::models {

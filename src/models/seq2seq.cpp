@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models_internal.hpp"
+#include "src/models/models_internal.hpp"
 #include "tapegrad/autograd.hpp"
 
 namespace tapegrad::models {

@@ -2,7 +2,7 @@
 // N decoder layers, a final norm for pre-LN, and a linear output projection to the vocabulary.
 #include <cmath>
 
-#include "models_internal.hpp"
+#include "src/models/models_internal.hpp"
 #include "tapegrad/autograd.hpp"
 
 namespace tapegrad::models {

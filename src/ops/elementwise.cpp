@@ -1,11 +1,10 @@
 // Elementwise ops: broadcasting binary arithmetic, scalar variants, unary functions, where.
 // Derived ops (masked_fill, the operators with a scalar on the left) compose these and need no
 // backward of their own.
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
-using detail::accumulate_broadcast_grad;
 using detail::broadcast_strides;
 using detail::check_float;
 using detail::check_same_float;
@@ -13,6 +12,21 @@ using detail::contiguous_data;
 using detail::visit_float;
 
 namespace {
+
+// t.grad += g, where g was computed in the broadcast index space g.shape(): summed back over the
+// dimensions along which t was broadcast.
+void accumulate_summed_grad(const Tensor& t, const Tensor& g) {
+  if (g.shape() == t.shape()) {
+    accumulate_grad(t, g);
+    return;
+  }
+  Tensor dt = grad_buffer_zeroed(t);
+  const Shape rs = detail::reduction_strides(t.shape(), g.shape());
+  visit_float(t.dtype(), "backward", [&](auto z) {
+    using T = decltype(z);
+    kernels::sum_to<T>(g.ndim(), g.shape().data(), g.template data<T>(), rs.data(), dt.template data<T>());
+  });
+}
 
 // y = a (op) b with numpy broadcasting; shapes: a, b broadcast to y.
 Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor& b) {
@@ -35,10 +49,7 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
         const Tensor& x = *inputs[which];
         if (!x.requires_grad()) continue;
         if (kop == kernels::Binary::add || (kop == kernels::Binary::sub && which == 0)) {
-          // the last reader of dy may take its storage (a residual add then copies nothing for b)
-          const bool last = which == 1 || !b.requires_grad() || kop != kernels::Binary::add;
-          if (last && x.shape() == dy.shape() && !a.same(b)) detail::accumulate_grad_take(x, dy);
-          else accumulate_broadcast_grad(x, dy);
+          accumulate_summed_grad(x, dy);  // the first same-shape input may adopt dy's storage
           continue;
         }
         Tensor g = Tensor::empty(dy.shape(), dy.dtype());
@@ -47,7 +58,7 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
           kernels::binary_backward<T>(kop, which, dy.ndim(), dy.shape().data(), a.data<T>(), sa.data(),
                                       b.data<T>(), sb.data(), dy.data<T>(), g.data<T>());
         });
-        accumulate_broadcast_grad(x, std::move(g));
+        accumulate_summed_grad(x, g);
       }
     });
   }
@@ -67,7 +78,7 @@ Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
   if (should_record({&a})) {
     record(kind, {a}, y, [a, x, y, kop](const Tensor& dy) {
       // da += dy * f'(x)  (the derivative table is in kernels/ref/ref.hpp: unary_derivative)
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>());
@@ -90,7 +101,7 @@ Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
   if (should_record({&a})) {
     record(kind, {a}, y, [a, scale](const Tensor& dy) {
       // da += scale * dy
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), true);
@@ -122,7 +133,7 @@ Tensor pow(const Tensor& a, double p) {
   if (should_record({&a})) {
     record(OpKind::pow_scalar, {a}, y, [a, x, p](const Tensor& dy) {
       // da += dy * p * x^(p-1)
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), dy.data<T>(), da.data<T>());
@@ -173,7 +184,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
           kernels::where<T>(dy.ndim(), dy.shape().data(), c.data<T>(), sc.data(), which == 0 ? dy.data<T>() : &zero,
                             which == 0 ? ds.data() : zs.data(), which == 0 ? &zero : dy.data<T>(),
                             which == 0 ? zs.data() : ds.data(), g.data<T>());
-          accumulate_broadcast_grad(x, std::move(g));
+          accumulate_summed_grad(x, g);
         }
       });
     });

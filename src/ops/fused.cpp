@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -38,13 +38,6 @@ void parallel_rows(int64_t n, int64_t work, F&& body) {
     const int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
     if (i0 < i1) body(i0, i1, t);
   }
-}
-
-// Gradient buffer of `t` and whether it must be overwritten (fresh) rather than added to.
-template <class T>
-T* grad_target(const Tensor& t, Tensor* keep, bool* fresh) {
-  *keep = grad_buffer(t, fresh);
-  return keep->template data<T>();
 }
 
 }  // namespace
@@ -91,9 +84,9 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
         const T *d = dy.data<T>(), *g = rz.data<T>(), *nn = n.data<T>(), *p = hp.data<T>(), *hv = h.data<T>();
         Tensor dxp_t, dhp_t, dh_t;
         bool fx = false, fp = false, fh = false;
-        T* dxp = xp_in.requires_grad() ? grad_target<T>(xp_in, &dxp_t, &fx) : nullptr;
-        T* dhp = hp_in.requires_grad() ? grad_target<T>(hp_in, &dhp_t, &fp) : nullptr;
-        T* dh = h_in.requires_grad() ? grad_target<T>(h_in, &dh_t, &fh) : nullptr;
+        T* dxp = xp_in.requires_grad() ? (dxp_t = grad_buffer(xp_in, &fx)).template data<T>() : nullptr;
+        T* dhp = hp_in.requires_grad() ? (dhp_t = grad_buffer(hp_in, &fp)).template data<T>() : nullptr;
+        T* dh = h_in.requires_grad() ? (dh_t = grad_buffer(h_in, &fh)).template data<T>() : nullptr;
         // Per row: the three gate gradients and dh into a scratch row (one branch-free, vectorisable
         // loop), then written or added to each destination with a plain loop.
         Tensor scratch = Tensor::empty({kernels::num_threads(), 4, H}, dy.dtype());
@@ -165,18 +158,13 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
              // t = tanh(k + q);  g = dy[b,s] v (1 - t^2) = dk;  dq[b] = sum_s g[b,s,:];  dv = sum_{b,s} dy[b,s] t
              visit_float(dy.dtype(), "backward", [&](auto zero) {
                using T = decltype(zero);
-               // The kernel accumulates: a fresh gradient buffer starts from zero.
-               auto target = [](const Tensor& t, Tensor* keep) -> T* {
-                 if (!t.requires_grad()) return nullptr;
-                 bool fresh = false;
-                 T* p = grad_target<T>(t, keep, &fresh);
-                 if (fresh) kernels::fill<T>(keep->numel(), T(0), p);
-                 return p;
-               };
-               Tensor dk, dq, dv;
-               T* dkp = target(keys_in, &dk);
-               T* dqp = target(query_in, &dq);
-               T* dvp = target(v_in, &dv);
+               // The kernel accumulates: a new gradient buffer starts from zero.
+               const Tensor dk = keys_in.requires_grad() ? grad_buffer_zeroed(keys_in) : Tensor();
+               const Tensor dq = query_in.requires_grad() ? grad_buffer_zeroed(query_in) : Tensor();
+               const Tensor dv = v_in.requires_grad() ? grad_buffer_zeroed(v_in) : Tensor();
+               T* dkp = dk.defined() ? dk.data<T>() : nullptr;
+               T* dqp = dq.defined() ? dq.data<T>() : nullptr;
+               T* dvp = dv.defined() ? dv.data<T>() : nullptr;
                kernels::additive_score_backward<T>(B, S, A, keys.data<T>(), query.data<T>(), v.data<T>(),
                                                    dy.data<T>(), dkp, dqp, dvp);
              });

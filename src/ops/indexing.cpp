@@ -1,7 +1,7 @@
 // Embedding lookup (gather rows of a table by id) and dropout (a seeded random mask).
 #include <memory>
 
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -34,7 +34,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   if (should_record({&table})) {
     record(OpKind::embedding, {table}, y, [table, ic, n, C](const Tensor& dy) {
       // dtable[ids[i]] += dy[i]  (repeated ids accumulate)
-      Tensor dt = detail::accumulation_buffer(table);
+      Tensor dt = grad_buffer_zeroed(table);
       visit_float(table.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::embedding_backward<T>(n, C, ic.data<int32_t>(), dy.data<T>(), dt.data<T>());
@@ -58,7 +58,7 @@ Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
   if (should_record({&x_in})) {
     record(OpKind::dropout, {x_in}, y, [x_in, mask, p](const Tensor& dy) {
       // dx = dy * mask / (1 - p)
-      Tensor dx = detail::accumulation_buffer(x_in);
+      Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(dy.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         const T keep = T(1.0 / (1.0 - p));

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <tuple>
 
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -342,7 +342,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         if (bias.defined() && bias.requires_grad()) {
           Tensor colsum = Tensor::empty({out}, dy.dtype());
           kernels::sum_axis<T>(1, rows, out, dy.data<T>(), colsum.data<T>());
-          accumulate_grad(bias, std::move(colsum));
+          accumulate_grad(bias, colsum);
         }
       });
     });

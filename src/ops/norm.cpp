@@ -1,5 +1,5 @@
 // Layer normalisation over the last axis, fused forward and backward.
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -36,9 +36,9 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     record(OpKind::layer_norm, std::move(inputs), y, [x_in, x, weight, w, bias, mean, rstd, rows, C](const Tensor& dy) {
       // xhat = (x - mean) * rstd;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight;
       // dweight = sum_rows(dy * xhat);  dbias = sum_rows(dy)
-      Tensor dx = x_in.requires_grad() ? detail::accumulation_buffer(x_in) : Tensor();
-      Tensor dw = weight.defined() && weight.requires_grad() ? detail::accumulation_buffer(weight) : Tensor();
-      Tensor db = bias.defined() && bias.requires_grad() ? detail::accumulation_buffer(bias) : Tensor();
+      Tensor dx = x_in.requires_grad() ? grad_buffer_zeroed(x_in) : Tensor();
+      Tensor dw = weight.defined() && weight.requires_grad() ? grad_buffer_zeroed(weight) : Tensor();
+      Tensor db = bias.defined() && bias.requires_grad() ? grad_buffer_zeroed(bias) : Tensor();
       visit_float(x.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::layer_norm_backward<T>(rows, C, x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<T>(),

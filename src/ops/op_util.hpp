@@ -1,11 +1,11 @@
-// Helpers shared by the op implementations: argument checks, contiguous inputs, broadcast strides,
-// gradient buffers. Internal to src/ops.
+// Helpers shared by the op implementations: argument checks, contiguous inputs, broadcast strides.
+// Internal to src/ops. Backwards write gradients only through the three entry points in autograd.hpp.
 #pragma once
 
 #include <string>
 
-#include "internal.hpp"
 #include "kernels/kernels.hpp"
+#include "src/internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/ops.hpp"
 
@@ -53,46 +53,6 @@ inline Shape reduction_strides(const Shape& in, const Shape& out) {
     s[i] = (j < 0 || in[j] == 1) ? 0 : cs[j];
   }
   return s;
-}
-
-// t.grad += dy, where dy is the gradient an entry's backward received. When t has no gradient yet
-// and nothing but the backward loop holds dy (not retained, not shared), t takes over dy's storage
-// instead of copying it. Call it last among the readers of dy in that backward, and at most once.
-inline void accumulate_grad_take(const Tensor& t, const Tensor& dy) {
-  TensorImpl& ti = *t.impl();
-  if (!ti.grad.defined() && dy.shape() == ti.shape && dy.is_contiguous() && dy.impl_ptr().use_count() == 1 &&
-      dy.impl()->storage.use_count() == 1 && !dy.requires_grad()) {
-    ti.grad = make_view(dy, dy.shape(), dy.strides(), dy.impl()->offset);
-    return;
-  }
-  accumulate_grad(t, dy);
-}
-
-// The gradient of `t`, zero-filled if it did not exist yet, ready for kernels that accumulate.
-inline Tensor accumulation_buffer(const Tensor& t) {
-  bool fresh = false;
-  Tensor g = grad_buffer(t, &fresh);
-  if (fresh)
-    visit_float(t.dtype(), "backward", [&](auto z) {
-      using T = decltype(z);
-      kernels::fill<T>(g.numel(), T(0), g.template data<T>());
-    });
-  return g;
-}
-
-// Adds a gradient `g` computed in the broadcast index space `g.shape()` into t.grad, summing over
-// the dimensions along which t was broadcast.
-inline void accumulate_broadcast_grad(const Tensor& t, Tensor g) {
-  if (g.shape() == t.shape()) {
-    accumulate_grad(t, std::move(g));
-    return;
-  }
-  Tensor dt = accumulation_buffer(t);
-  const Shape rs = reduction_strides(t.shape(), g.shape());
-  visit_float(t.dtype(), "backward", [&](auto z) {
-    using T = decltype(z);
-    kernels::sum_to<T>(g.ndim(), g.shape().data(), g.template data<T>(), rs.data(), dt.template data<T>());
-  });
 }
 
 }  // namespace tapegrad::detail

@@ -1,5 +1,5 @@
 // Reductions: sum and max over one axis or over everything; mean composes sum.
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -40,7 +40,7 @@ Tensor sum(const Tensor& a) {
   if (should_record({&a})) {
     record(OpKind::sum_all, {a}, y, [a](const Tensor& dy) {
       // da[i] += dy
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::affine<T>(da.numel(), da.data<T>(), T(1), *dy.data<T>(), da.data<T>(), false);
@@ -62,7 +62,7 @@ Tensor sum(const Tensor& a, int axis, bool keepdim) {
   if (should_record({&a})) {
     record(OpKind::sum_axis, {a}, y, [a, s](const Tensor& dy) {
       // da[o, k, i] += dy[o, i]: broadcast dy back along the reduced axis
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       const Shape shape{s.outer, s.n, s.inner};
       const Shape da_strides{s.n * s.inner, s.inner, 1}, dy_strides{s.inner, 0, 1};
       visit_float(a.dtype(), "backward", [&](auto z) {
@@ -100,7 +100,7 @@ Tensor max(const Tensor& a, int axis, bool keepdim) {
   if (should_record({&a})) {
     record(OpKind::max_axis, {a}, y, [a, s, argmax](const Tensor& dy) {
       // da[o, argmax[o, i], i] += dy[o, i]  (the first maximum takes the whole gradient)
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         T* d = da.data<T>();

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -89,15 +89,8 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   }
   if (should_record({&a})) {
     record(OpKind::reshape, {a}, y, [a](const Tensor& dy) {
-      // da = dy viewed in a's shape. A first gradient takes over dy's storage when nothing else holds
-      // it (the tape has already dropped the output's reference), instead of copying it.
-      TensorImpl& ai = *a.impl();
-      const Tensor view = make_view(dy, a.shape(), contiguous_strides(a.shape()), dy.impl()->offset);
-      if (!ai.grad.defined() && dy.is_contiguous() && dy.impl_ptr().use_count() == 1 &&
-          dy.impl()->storage.use_count() == 2 && !dy.requires_grad())
-        ai.grad = view;  // dy's only other holder is the backward loop (not a retained grad)
-      else
-        accumulate_grad(a, view);
+      // da = dy read in a's shape (a first gradient may adopt dy's storage)
+      accumulate_grad(a, dy);
     });
   }
   return y;
@@ -164,7 +157,7 @@ Tensor contiguous(const Tensor& a) {
   Tensor y = a.clone();
   if (should_record({&a})) {
     // da = dy (same shape; a's own strides do not matter for its gradient buffer)
-    record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { detail::accumulate_grad_take(a, dy); });
+    record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { accumulate_grad(a, dy); });
   }
   return y;
 }
@@ -182,7 +175,7 @@ Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
   if (should_record({&a})) {
     record(OpKind::narrow, {a}, y, [a, ax, start](const Tensor& dy) {
       // da[.., start:start+len, ..] += dy
-      Tensor da = detail::accumulation_buffer(a);
+      Tensor da = grad_buffer_zeroed(a);
       const Shape cs = contiguous_strides(a.shape());
       visit_float(a.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
@@ -234,7 +227,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
         const int64_t block = xs[i].shape()[ax] * inner;
         Tensor g = Tensor::empty(xs[i].shape(), dy.dtype());
         copy_blocks(dy, g, outer, block, starts[i] * inner, total * inner, 0, block);
-        accumulate_grad(xs[i], std::move(g));
+        accumulate_grad(xs[i], g);
       }
     });
   }

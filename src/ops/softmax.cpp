@@ -2,7 +2,7 @@
 // optional scale, additive mask and causal mask fused in), log_softmax, and cross-entropy from logits.
 #include <limits>
 
-#include "op_util.hpp"
+#include "src/ops/op_util.hpp"
 
 namespace tapegrad {
 
@@ -75,7 +75,7 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
     const double scale = spec.scale;
     record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale](const Tensor& dy) {
       // dx = scale * y * (dy - sum(dy * y))
-      Tensor dx = detail::accumulation_buffer(x_in);
+      Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(y.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale);
@@ -98,7 +98,7 @@ Tensor log_softmax(const Tensor& x_in) {
   if (should_record({&x_in})) {
     record(OpKind::log_softmax, {x_in}, y, [x_in, y, rows, cols](const Tensor& dy) {
       // dx = dy - exp(y) * sum(dy)
-      Tensor dx = detail::accumulation_buffer(x_in);
+      Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(y.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>());
@@ -146,7 +146,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_
   if (recording) {
     record(OpKind::cross_entropy, {logits_in}, y, [logits_in, grad](const Tensor& dy) {
       // dlogits = dy * (softmax(logits) - (1-eps) onehot(t) - eps/V) / count   (precomputed in forward)
-      Tensor dx = detail::accumulation_buffer(logits_in);
+      Tensor dx = grad_buffer_zeroed(logits_in);
       visit_float(grad.dtype(), "backward", [&](auto z) {
         using T = decltype(z);
         kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), true);

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "internal.hpp"
 #include "kernels/kernels.hpp"
+#include "src/internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 

@@ -5,11 +5,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "internal.hpp"
 #include "kernels/kernels.hpp"
-#include "tapegrad/autograd.hpp"
+#include "src/internal.hpp"
 #include "tapegrad/memory.hpp"
-#include "tapegrad/ops.hpp"
 
 namespace tapegrad {
 
@@ -221,16 +219,6 @@ void Tensor::copy_from(const Tensor& src) {
     kernels::copy_strided<T>(ndim(), shape().data(), src.data<T>(), src.strides().data(), data<T>());
   });
 }
-
-// ---- shortcuts to ops ----------------------------------------------------------------------------
-
-Tensor Tensor::reshape(const Shape& s) const { return tapegrad::reshape(*this, s); }
-Tensor Tensor::transpose(int d0, int d1) const { return tapegrad::transpose(*this, d0, d1); }
-Tensor Tensor::permute(const std::vector<int>& dims) const { return tapegrad::permute(*this, dims); }
-Tensor Tensor::narrow(int axis, int64_t start, int64_t length) const { return tapegrad::narrow(*this, axis, start, length); }
-Tensor Tensor::contiguous() const { return tapegrad::contiguous(*this); }
-Tensor Tensor::sum() const { return tapegrad::sum(*this); }
-Tensor Tensor::mean() const { return tapegrad::mean(*this); }
 
 // ---- printing ------------------------------------------------------------------------------------
 

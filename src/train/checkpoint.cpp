@@ -3,10 +3,10 @@
 #include <functional>
 #include <sstream>
 
-#include "tapegrad/error.hpp"
-#include "tapegrad/io.hpp"
 #include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
+#include "tapegrad/error.hpp"
+#include "tapegrad/io.hpp"
 
 namespace tapegrad::train {
 

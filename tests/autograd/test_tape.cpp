@@ -107,3 +107,84 @@ TEST_CASE("intermediate gradients are freed unless retained", "[autograd]") {
 TEST_CASE("every op kind has a name", "[autograd]") {
   for (int i = 0; i < kOpCount; ++i) CHECK(std::string(op_name(OpKind(i))).size() > 0);
 }
+
+// ---- the three ways to write a gradient and the sole-owner rule --------------------------------
+
+TEST_CASE("accumulate_grad adopts a gradient that is its storage's sole owner", "[autograd][grad-writing]") {
+  NoGrad no_grad;
+  Tensor t = param({0, 0, 0, 0}, {2, 2});
+  Tensor g = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::f64);
+  const double* storage = g.data<double>();
+  accumulate_grad(t, g);
+  CHECK(t.grad().data<double>() == storage);
+  accumulate_grad(t, Tensor::from_vector({10, 20, 30, 40}, {2, 2}, DType::f64));  // later ones add in
+  CHECK(t.grad().to_vector() == std::vector<double>{11, 22, 33, 44});
+}
+
+TEST_CASE("accumulate_grad copies a gradient that something else holds", "[autograd][grad-writing]") {
+  NoGrad no_grad;
+  Tensor t = param({0, 0, 0}, {3});
+  Tensor g = Tensor::from_vector({1, 2, 3}, {3}, DType::f64);
+  Tensor other;
+  SECTION("a second handle on the same tensor") {
+    other = g;
+  }
+  SECTION("another tensor sharing the storage") {
+    other = g.detach();
+  }
+  accumulate_grad(t, g);
+  CHECK(t.grad().data<double>() != g.data<double>());
+  g.data<double>()[0] = 100;  // the copy does not see later writes to g
+  CHECK(t.grad().to_vector() == std::vector<double>{1, 2, 3});
+}
+
+TEST_CASE("accumulate_grad takes a reshaped gradient in t's shape and refuses other sizes",
+          "[autograd][grad-writing][errors]") {
+  NoGrad no_grad;
+  Tensor t = param({0, 0, 0, 0, 0, 0}, {2, 3});
+  Tensor g = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {6}, DType::f64);
+  const double* storage = g.data<double>();
+  accumulate_grad(t, g);
+  CHECK(t.grad().shape() == Shape{2, 3});
+  CHECK(t.grad().data<double>() == storage);
+  Tensor u = param({0, 0}, {2});
+  CHECK_THROWS_WITH(accumulate_grad(u, g), Catch::Contains("[6]") && Catch::Contains("[2]"));
+}
+
+TEST_CASE("grad_buffer says whether it is new; grad_buffer_zeroed starts new buffers at zero",
+          "[autograd][grad-writing]") {
+  NoGrad no_grad;
+  Tensor t = param({5, 6}, {2});
+  bool fresh = false;
+  Tensor b = grad_buffer(t, &fresh);
+  CHECK(fresh);
+  b.data<double>()[0] = 1;
+  b.data<double>()[1] = 2;
+  CHECK(grad_buffer(t, &fresh).data<double>() == b.data<double>());
+  CHECK_FALSE(fresh);
+  CHECK(grad_buffer_zeroed(t).to_vector() == std::vector<double>{1, 2});  // kept, not cleared
+  Tensor u = param({5, 6}, {2});
+  CHECK(grad_buffer_zeroed(u).to_vector() == std::vector<double>{0, 0});
+}
+
+TEST_CASE("a retained gradient is never adopted by an input", "[autograd][grad-writing]") {
+  Tensor x = param({1, 2, 3}, {3});
+  Tensor r = reshape(x, {3, 1});
+  r.retain_grad();
+  backward(sum(r));
+  REQUIRE(r.grad().defined());
+  CHECK(x.grad().data<double>() != r.grad().data<double>());
+  x.grad().data<double>()[0] = 7;  // x's gradient is its own buffer: r's stays as backward left it
+  CHECK(r.grad().to_vector() == std::vector<double>{1, 1, 1});
+}
+
+TEST_CASE("x + x and a retained graph give the same gradients after adopting dy",
+          "[autograd][grad-writing]") {
+  Tensor x = param({1, 2, 3}, {3});
+  Tensor y = reshape(add(x, x), {3, 1});
+  Tensor loss = sum(mul(y, 2.0));
+  backward(loss, {}, true);
+  CHECK(x.grad().to_vector() == std::vector<double>{4, 4, 4});
+  backward(loss);
+  CHECK(x.grad().to_vector() == std::vector<double>{8, 8, 8});
+}

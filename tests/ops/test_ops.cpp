@@ -1,5 +1,7 @@
 // Ops: every registered gradient check passes in float64, every op kind is covered by the registry,
 // gradcheck itself catches wrong gradients, forward values match closed forms, bad input errors.
+// The gradcheck rows themselves (one per op case, with shapes and tolerances) live in the library, in
+// src/ops/op_checks.cpp, so `tapegrad gradcheck` prints the same table this test runs.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>

@@ -1,0 +1,70 @@
+// Shared by the files of src/train/experiments (not part of the public API): the model sizes every
+// experiment uses, the accuracy runner and its summaries, and the cell formatting.
+//
+//   registry.cpp  the list of experiments, their descriptions, validate, run (and the out_dir files)
+//   accuracy.cpp  bottleneck, long-range, positional: their arms, bins, budgets and summary lines
+//   scoring.cpp   training each arm (train::train) and scoring it by greedy decoding per length bin
+//   timing.cpp    parallelism: timed training steps per length and thread count
+//   report.cpp    Table and Report (text and CSV), number formatting
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tapegrad/experiment.hpp"
+#include "tapegrad/train.hpp"
+
+namespace tapegrad::experiment::detail {
+
+// ---- formatting (report.cpp) ----------------------------------------------------------------------
+std::string fmt(double v, int digits = 3);
+std::string range_name(int lo, int hi);
+void write_file(const std::string& path, const std::string& text);
+
+// ---- model sizes (registry.cpp) -------------------------------------------------------------------
+models::ModelConfig rnn_config(models::ModelKind kind, bool quick);
+models::ModelConfig transformer_config(nn::PositionalKind positional, bool quick);
+std::string arm_label(const models::ModelConfig& c);
+
+// ---- accuracy runs (scoring.cpp) ------------------------------------------------------------------
+struct Arm {
+  models::ModelConfig model;
+  std::string task;
+};
+
+struct AccuracySetup {
+  data::TaskOptions train_task;           // training lengths span every bin
+  std::vector<std::pair<int, int>> bins;  // evaluation source-length ranges
+  int64_t steps = 1500, batch_size = 32, warmup = 100, eval_examples = 200;
+  double lr = 2e-3;
+};
+
+// One row per (arm, bin), plus the numbers the summaries need.
+struct Score {
+  std::string task, arm;
+  int bin;
+  double exact_match, token_accuracy;
+};
+
+extern const std::vector<std::string> kAccuracyColumns;
+
+// Trains every arm with the same seed and budget, scores it per bin, adds one table row per (arm, bin).
+std::vector<Score> run_accuracy(const std::string& name, const std::vector<Arm>& arms,
+                                const AccuracySetup& setup, const Options& opts, const Callbacks& cb,
+                                Table& table);
+const Score& find(const std::vector<Score>& s, const std::string& task, const std::string& arm, int bin);
+// "copy, rnn-gru: token_accuracy 0.98 (4-8) -> 0.31 (28-32), exact_match 0.95 -> 0.00"
+std::string trend(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
+                  const std::string& arm);
+// The bottleneck claim for one task (thresholds stated in scoring.cpp and in the line itself).
+std::string length_verdict(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
+                           const std::string& vanilla, const std::string& attention);
+
+// ---- the experiments (accuracy.cpp, timing.cpp) ----------------------------------------------------
+Report bottleneck(const Options& opts, const Callbacks& cb);
+Report long_range(const Options& opts, const Callbacks& cb);
+Report positional(const Options& opts, const Callbacks& cb);
+Report parallelism(const Options& opts, const Callbacks& cb);
+
+}  // namespace tapegrad::experiment::detail
