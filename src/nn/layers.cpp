@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tapegrad/checked.hpp"
+
 namespace tapegrad::nn {
 
 Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
@@ -39,7 +41,7 @@ PositionalKind parse_positional(const std::string& name) {
 PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t max_len, int64_t dim, Generator& gen, DType dtype)
     : kind_(kind), max_len_(max_len) {
   if (kind == PositionalKind::sinusoidal) {
-    std::vector<double> pe(size_t(max_len * dim));
+    std::vector<double> pe(size_t(checked_mul(max_len, dim, "positional encoding table max_len x d_model")));
     for (int64_t t = 0; t < max_len; ++t)
       for (int64_t i = 0; i < dim; ++i) {
         const double angle = double(t) / std::pow(10000.0, double(2 * (i / 2)) / double(dim));

@@ -11,6 +11,7 @@
 //
 // Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2.
 #include <cstdio>
+#include <new>
 #include <vector>
 
 #include "cli.hpp"
@@ -43,9 +44,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tapegrad: %s\n", e.what());
     return 2;
   }
+  const char* running = "";
   try {
     for (const auto& [sub, run] : commands)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) {
+        running = sub->get_name().c_str();
+        return run();
+      }
+  } catch (const std::bad_alloc&) {
+    // Tensor storage reports its own OutOfMemory with the bytes; this is any other allocation.
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad %s: out of memory (an allocation outside tensor storage failed; try smaller sizes)\n",
+                 running);
+    return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tapegrad: %s\n", e.what());
