@@ -405,7 +405,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   // The format allows trailing spaces after the JSON, nothing else: a byte order mark or NUL padding
   // (which some JSON parsers skip or stop at) marks a file another tool must not read differently.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0)
-    fail(path, "header starts with a UTF-8 byte order mark (file bytes 8..11); a safetensors header is plain JSON");
+    fail(path,
+         "header starts with a UTF-8 byte order mark (file bytes 8..11); a safetensors header is plain JSON");
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     fail(path, "header has a NUL byte at file byte " + std::to_string(kLengthFieldBytes + nul) +
                    " (header byte " + std::to_string(nul) + "); only spaces may pad a header");

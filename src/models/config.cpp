@@ -50,7 +50,8 @@ auto config_field(const nlohmann::json& j, const char* key, F&& parse) {
 int64_t integer_field(const nlohmann::json& j, const char* key) {
   return config_field(j, key, [&](const nlohmann::json& v) {
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
-      throw Error(std::string("model config: field '") + key + "' is " + v.dump() + "; expected a 64-bit integer");
+      throw Error(std::string("model config: field '") + key + "' is " + v.dump() +
+                  "; expected a 64-bit integer");
     return v.get<int64_t>();
   });
 }
@@ -109,8 +110,8 @@ void ModelConfig::validate(ConfigNames names) const {
   if (!(dropout >= 0 && dropout < 1))
     throw Error(field("dropout", "--dropout", std::to_string(dropout)) + ": must be in [0, 1)");
   if (max_len > kMaxPositions)
-    throw Error(field("max_len", "max_len", std::to_string(max_len)) + ": at most " + std::to_string(kMaxPositions) +
-                " positions");
+    throw Error(field("max_len", "max_len", std::to_string(max_len)) + ": at most " +
+                std::to_string(kMaxPositions) + " positions");
   if (kind == ModelKind::transformer && d_model % heads != 0)
     throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
                 field("heads", "--heads", std::to_string(heads)));

@@ -33,15 +33,21 @@ struct Checked {
     return out;
   }
 };
-int64_t value(Checked c) { return c.v; }
+int64_t value(Checked c) {
+  return c.v;
+}
 
-int64_t gates(nn::CellKind k) { return k == nn::CellKind::elman ? 1 : k == nn::CellKind::gru ? 3 : 4; }
+int64_t gates(nn::CellKind k) {
+  return k == nn::CellKind::elman ? 1 : k == nn::CellKind::gru ? 3 : 4;
+}
 
 // Parameters and position-table elements of make_model(c), in N arithmetic.
 template <class N>
 N num(int64_t v) {
-  if constexpr (std::is_same_v<N, double>) return double(v);
-  else return N{v};
+  if constexpr (std::is_same_v<N, double>)
+    return double(v);
+  else
+    return N{v};
 }
 
 template <class N>
@@ -51,7 +57,8 @@ struct Counts {
 
 template <class N>
 Counts<N> count(const ModelConfig& c) {
-  const N zero = num<N>(0), two = num<N>(2), V = num<N>(c.vocab_size), C = num<N>(c.d_model), L = num<N>(c.layers);
+  const N zero = num<N>(0), two = num<N>(2), V = num<N>(c.vocab_size), C = num<N>(c.d_model),
+          L = num<N>(c.layers);
   auto linear = [&](N in, N out, bool bias) { return out * in + (bias ? out : zero); };
   if (c.kind == ModelKind::transformer) {
     const N F = num<N>(c.d_ff), T = num<N>(c.max_len);
@@ -110,7 +117,8 @@ std::string blame(const ModelConfig& c, ConfigNames names) {
     const double ratio = total_elements(c) / std::max(total_elements(small), 1.0);
     if (ratio > worst_ratio) worst_ratio = ratio, worst = &f;
   }
-  return std::string(names == ConfigNames::cli ? worst->cli : worst->json) + " " + std::to_string(c.*worst->member);
+  return std::string(names == ConfigNames::cli ? worst->cli : worst->json) + " " +
+         std::to_string(c.*worst->member);
 }
 
 // f() for a validated config; an Overflow becomes an Error naming the field most responsible.
@@ -132,7 +140,8 @@ int64_t parameter_count(const ModelConfig& config, ConfigNames names) {
 }
 
 int64_t parameter_bytes(const ModelConfig& config, ConfigNames names) {
-  return blaming(config, names, [&] { return value(count<Checked>(config).parameters * Checked{int64_t(sizeof(float))}); });
+  return blaming(config, names,
+                 [&] { return value(count<Checked>(config).parameters * Checked{int64_t(sizeof(float))}); });
 }
 
 int64_t buffer_bytes(const ModelConfig& config, ConfigNames names) {

@@ -10,8 +10,7 @@ namespace tapegrad {
 
 namespace {
 void require_non_negative(int64_t a, int64_t b, const std::string& what) {
-  if (a < 0 || b < 0)
-    throw Error(what + ": negative size " + std::to_string(a < 0 ? a : b));
+  if (a < 0 || b < 0) throw Error(what + ": negative size " + std::to_string(a < 0 ? a : b));
 }
 }  // namespace
 
@@ -36,8 +35,10 @@ std::string format_bytes(double bytes) {
   int unit = 0;
   while (bytes >= 1024.0 && unit + 1 < int(std::size(kUnits))) bytes /= 1024.0, ++unit;
   char buf[64];
-  if (unit == 0) std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  else std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
   return buf;
 }
 

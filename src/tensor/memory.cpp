@@ -51,7 +51,9 @@ Cache& cache() {
   return *c;
 }
 
-void*& next_of(void* block) { return *static_cast<void**>(block); }
+void*& next_of(void* block) {
+  return *static_cast<void**>(block);
+}
 
 }  // namespace
 
@@ -70,8 +72,8 @@ int64_t machine_limit_bytes() {
 
 void* allocate(int64_t bytes, int64_t* capacity) {
   if (bytes > machine_limit_bytes())
-    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) + " (the machine's limit is " +
-                      format_bytes(double(machine_limit_bytes())) + ")");
+    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) +
+                      " (the machine's limit is " + format_bytes(double(machine_limit_bytes())) + ")");
   const int64_t cap = size_class(bytes < 1 ? 1 : bytes);
   Cache& c = cache();
   {

@@ -39,18 +39,19 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
                        " is negative (" + std::to_string(shape[i]) + ")");
   int64_t bytes = 0;
   if (__builtin_mul_overflow(shape.numel(), dtype_size(dtype), &bytes))
-    throw OutOfMemory("out of memory: a tensor of shape " + tapegrad::to_string(shape) + " (" + dtype_name(dtype) +
-                      ") needs more than 2^63 bytes");
+    throw OutOfMemory("out of memory: a tensor of shape " + tapegrad::to_string(shape) + " (" +
+                      dtype_name(dtype) + ") needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
   try {
     impl->storage = std::make_shared<Storage>(bytes);
   } catch (const OutOfMemory&) {
-    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) + " for a tensor of shape " +
-                      tapegrad::to_string(shape) + " (" + dtype_name(dtype) + "; the machine's limit is " +
-                      format_bytes(double(memory::machine_limit_bytes())) + ")");
+    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) +
+                      " for a tensor of shape " + tapegrad::to_string(shape) + " (" + dtype_name(dtype) +
+                      "; the machine's limit is " + format_bytes(double(memory::machine_limit_bytes())) +
+                      ")");
   } catch (const std::bad_alloc&) {  // the shared_ptr control block
-    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) + " for a tensor of shape " +
-                      tapegrad::to_string(shape));
+    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) +
+                      " for a tensor of shape " + tapegrad::to_string(shape));
   }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);

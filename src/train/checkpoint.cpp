@@ -32,7 +32,8 @@ const std::string& meta(const io::SafetensorsFile& f, const std::string& key) {
 
 void require_format(const io::SafetensorsFile& f) {
   if (meta(f, "format") != kFormat)
-    throw IoError(f.path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " + kFormat + ")");
+    throw IoError(f.path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " +
+                  kFormat + ")");
 }
 
 // A decimal integer in [0, max], digits only: no sign, space, or leading "0x"; nullopt otherwise.
@@ -51,7 +52,8 @@ std::optional<uint64_t> parse_decimal(const std::string& text, uint64_t max) {
 int64_t meta_step(const io::SafetensorsFile& f) {
   const std::string& v = meta(f, "step");
   const auto step = parse_decimal(v, uint64_t(INT64_MAX));
-  if (!step) throw IoError(f.path + ": metadata 'step' is '" + v + "'; expected a non-negative decimal integer");
+  if (!step)
+    throw IoError(f.path + ": metadata 'step' is '" + v + "'; expected a non-negative decimal integer");
   return int64_t(*step);
 }
 
@@ -67,7 +69,8 @@ auto parse_meta(const io::SafetensorsFile& f, const char* key, F&& parse) {
 }
 
 // Every element finite (floating tensors); IoError naming the tensor and the first bad element.
-void require_finite(const io::SafetensorsFile& f, const std::string& name, const Tensor& t, const char* what) {
+void require_finite(const io::SafetensorsFile& f, const std::string& name, const Tensor& t,
+                    const char* what) {
   if (t.dtype() == DType::i32) return;
   const std::vector<double> v = t.to_vector();
   for (size_t i = 0; i < v.size(); ++i)
@@ -77,12 +80,14 @@ void require_finite(const io::SafetensorsFile& f, const std::string& name, const
 }
 
 // `field` of the config must equal what tensor `name`'s dimension `dim` says (when the file has it).
-void require_implied(const io::SafetensorsFile& f, const char* field, int64_t value, const std::string& name, int dim) {
+void require_implied(const io::SafetensorsFile& f, const char* field, int64_t value, const std::string& name,
+                     int dim) {
   const Tensor* t = f.find(name);
   if (!t || t->ndim() <= dim) return;
   if (t->size(dim) != value)
-    throw IoError(f.path + ": metadata 'config': " + field + " " + std::to_string(value) + " does not match tensor " +
-                  name + " " + to_string(t->shape()) + ", which implies " + std::to_string(t->size(dim)));
+    throw IoError(f.path + ": metadata 'config': " + field + " " + std::to_string(value) +
+                  " does not match tensor " + name + " " + to_string(t->shape()) + ", which implies " +
+                  std::to_string(t->size(dim)));
 }
 
 // Layers per side the tensors imply: 1 + the largest N in "encoder.layers.N.".
@@ -92,7 +97,8 @@ int64_t implied_layers(const io::SafetensorsFile& f) {
   for (const auto& [name, t] : f.tensors) {
     if (name.rfind(prefix, 0) != 0) continue;
     const size_t dot = name.find('.', prefix.size());
-    if (const auto n = parse_decimal(name.substr(prefix.size(), dot - prefix.size()), uint64_t(INT64_MAX) - 1))
+    if (const auto n =
+            parse_decimal(name.substr(prefix.size(), dot - prefix.size()), uint64_t(INT64_MAX) - 1))
       layers = std::max(layers, int64_t(*n) + 1);
   }
   return layers;
@@ -110,13 +116,15 @@ void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& c
                   " does not match the tensors, which hold " + std::to_string(layers) + " encoder layers");
   if (config.kind == models::ModelKind::transformer) {
     require_implied(f, "d_ff", config.d_ff, "encoder.layers.0.ff.linear1.weight", 0);
-    if (config.positional == nn::PositionalKind::learned) require_implied(f, "max_len", config.max_len, "src_pos.weight", 0);
+    if (config.positional == nn::PositionalKind::learned)
+      require_implied(f, "max_len", config.max_len, "src_pos.weight", 0);
   } else {
     require_implied(f, "hidden", config.hidden, "out_proj.weight", 1);
   }
   // Then the whole: the config's closed-form parameter count against the file's elements.
   int64_t elements = 0;
-  for (const auto& [name, t] : f.tensors) elements = checked_add(elements, t.numel(), f.path + ": tensor elements");
+  for (const auto& [name, t] : f.tensors)
+    elements = checked_add(elements, t.numel(), f.path + ": tensor elements");
   int64_t expected = 0;
   try {
     expected = models::parameter_count(config, ConfigNames::json);
@@ -127,10 +135,11 @@ void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& c
     throw IoError(f.path + ": metadata 'config' describes a model of " + std::to_string(expected) +
                   " parameters but the file holds " + std::to_string(elements) + " values");
   const int64_t tables = models::buffer_bytes(config, ConfigNames::json);
-  if (tables > checked_add(checked_mul(elements, 4, "parameter bytes"), kTableAllowanceBytes, "table allowance"))
+  if (tables >
+      checked_add(checked_mul(elements, 4, "parameter bytes"), kTableAllowanceBytes, "table allowance"))
     throw IoError(f.path + ": metadata 'config': max_len " + std::to_string(config.max_len) +
-                  ": the position tables would need " + format_bytes(double(tables)) + ", far more than the file's " +
-                  format_bytes(double(elements) * 4) + " of parameters");
+                  ": the position tables would need " + format_bytes(double(tables)) +
+                  ", far more than the file's " + format_bytes(double(elements) * 4) + " of parameters");
   try {
     models::check_config(config, ConfigNames::json);
   } catch (const Error& e) {
@@ -158,7 +167,8 @@ LoadedModel load_model_file(const io::SafetensorsFile& f) {
   for (const auto& [name, p] : params) {
     const Tensor& t = f.get(name);
     if (t.shape() != p.shape() || t.dtype() != p.dtype())
-      throw IoError(f.path + ": tensor " + name + " is " + t.describe() + ", the model expects " + p.describe());
+      throw IoError(f.path + ": tensor " + name + " is " + t.describe() + ", the model expects " +
+                    p.describe());
     Tensor dst = p;
     dst.copy_from(t);
   }
@@ -182,7 +192,8 @@ void check_training_state(const io::SafetensorsFile& f) {
     if (name.rfind("exp_avg_sq.", 0) == 0)
       for (double x : t.to_vector())
         if (x < 0)
-          throw IoError(f.path + ": optimizer state " + name + " holds a negative second moment " + std::to_string(x));
+          throw IoError(f.path + ": optimizer state " + name + " holds a negative second moment " +
+                        std::to_string(x));
   }
 }
 
@@ -201,7 +212,8 @@ std::vector<uint64_t> generator_state(const io::SafetensorsFile& f) {
     begin = comma + 1;
   }
   if (words.size() != 4)
-    throw IoError(f.path + ": metadata 'generator' has " + std::to_string(words.size()) + " words; expected 4");
+    throw IoError(f.path + ": metadata 'generator' has " + std::to_string(words.size()) +
+                  " words; expected 4");
   if (words == std::vector<uint64_t>(4, 0))
     throw IoError(f.path + ": metadata 'generator' is all zero, a state the generator never reaches");
   return words;
@@ -214,17 +226,23 @@ void save_checkpoint(const Session& s, const std::string& dir) {
   const std::string step = std::to_string(s.step);
   // Optimizer first: if we die between the two renames, the steps disagree and load says so.
   io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),
-                       {{"format", kFormat}, {"step", step}, {"optimizer", s.options.optimizer},
+                       {{"format", kFormat},
+                        {"step", step},
+                        {"optimizer", s.options.optimizer},
                         {"generator", generator_words(s.model->generator())}});
   io::save_safetensors(dir + "/model.safetensors", s.model->named_parameters(),
-                       {{"format", kFormat}, {"step", step}, {"config", s.model->config().to_json()},
-                        {"vocab", s.vocab.to_json()}, {"tokenization", data::tokenization_name(s.options.tokenization)},
+                       {{"format", kFormat},
+                        {"step", step},
+                        {"config", s.model->config().to_json()},
+                        {"vocab", s.vocab.to_json()},
+                        {"tokenization", data::tokenization_name(s.options.tokenization)},
                         {"options", s.options.to_json()}});
 }
 
 LoadedModel load_checkpoint(const std::string& dir) {
   const std::string path = dir + "/model.safetensors";
-  if (!std::filesystem::exists(path)) throw IoError(dir + ": no model.safetensors (not a checkpoint directory?)");
+  if (!std::filesystem::exists(path))
+    throw IoError(dir + ": no model.safetensors (not a checkpoint directory?)");
   return load_model_file(io::load_safetensors(path));
 }
 

@@ -45,7 +45,8 @@ namespace {
 using Json = nlohmann::json;
 
 const Json& field(const Json& j, const char* key) {
-  if (!j.is_object()) throw Error(std::string("training options: expected a JSON object, got ") + j.type_name());
+  if (!j.is_object())
+    throw Error(std::string("training options: expected a JSON object, got ") + j.type_name());
   const auto it = j.find(key);
   if (it == j.end()) throw Error(std::string("training options: no field '") + key + "'");
   return *it;
@@ -59,11 +60,13 @@ const Json& field(const Json& j, const char* key) {
 template <class T>
 T integer(const Json& j, const char* key) {
   const Json& v = field(j, key);
-  const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
-                    : v.is_number_integer() ? std::is_signed_v<T> && v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
-                                                  v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
-                                            : false;
-  if (!fits) bad_field(key, v, std::is_signed_v<T> ? "an integer in range" : "a non-negative integer in range");
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                    : v.is_number_integer()
+                        ? std::is_signed_v<T> && v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                              v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
+                        : false;
+  if (!fits)
+    bad_field(key, v, std::is_signed_v<T> ? "an integer in range" : "a non-negative integer in range");
   return v.get<T>();
 }
 

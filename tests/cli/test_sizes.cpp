@@ -43,13 +43,15 @@ void require_one_line_error(const Run& r, const std::string& start) {
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
 }
 
-const std::string kRun = "train --task copy --steps 1 --batch-size 4 --valid-size 4 --eval-every 0 --threads 1 ";
+const std::string kRun =
+    "train --task copy --steps 1 --batch-size 4 --valid-size 4 --eval-every 0 --threads 1 ";
 
 }  // namespace
 
 TEST_CASE("size options that overflow or exceed the machine exit 2 with one line", "[cli][sizes]") {
   require_one_line_error(run(kRun + "--d-ff 4611686018427387904"), "--d-ff 4611686018427387904: ");
-  require_one_line_error(run(kRun + "--d-model 2305843009213693952 --heads 1"), "--d-model 2305843009213693952: ");
+  require_one_line_error(run(kRun + "--d-model 2305843009213693952 --heads 1"),
+                         "--d-model 2305843009213693952: ");
   require_one_line_error(run(kRun + "--d-model 1000000 --heads 1"),
                          "--d-model 1000000: the model would need ");
   const AddressSpaceLimit limit(rlim_t(4) << 30);  // ulimit -v 4194304
@@ -63,14 +65,18 @@ TEST_CASE("size options that overflow or exceed the machine exit 2 with one line
 
 TEST_CASE("a small checkpoint claiming huge sizes is refused by eval, translate and resume", "[cli][sizes]") {
   const std::string dir = tapegrad::test::temp_dir("sizes", "ckpt");
-  const Run t = run("train --task copy --min-len 3 --max-len 5 --symbols 4 --steps 2 --batch-size 4 --valid-size 4 "
-                    "--eval-every 0 --threads 1 --d-model 16 --layers 1 --heads 2 --d-ff 32 --out " + dir);
+  const Run t =
+      run("train --task copy --min-len 3 --max-len 5 --symbols 4 --steps 2 --batch-size 4 --valid-size 4 "
+          "--eval-every 0 --threads 1 --d-model 16 --layers 1 --heads 2 --d-ff 32 --out " +
+          dir);
   INFO(t.out);
   REQUIRE(t.code == 0);
   const std::string model_file = dir + "/model.safetensors";
   const io::SafetensorsFile original = io::load_safetensors(model_file);
-  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
-           {"max_len", int64_t(1) << 62}, {"d_ff", int64_t(1) << 62}, {"d_model", int64_t(1) << 62}, {"layers", 1000000000}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{{"max_len", int64_t(1) << 62},
+                                                                               {"d_ff", int64_t(1) << 62},
+                                                                               {"d_model", int64_t(1) << 62},
+                                                                               {"layers", 1000000000}}) {
     CAPTURE(key);
     io::SafetensorsFile f = original;
     nlohmann::json config = nlohmann::json::parse(f.metadata.at("config"));

@@ -96,7 +96,8 @@ TEST_CASE("sizes are overflow-checked and named", "[tensor][errors][sizes]") {
   CHECK(checked_add(3, 4, "x") == 7);
   CHECK_THROWS_WITH(checked_mul(int64_t(1) << 62, 4, "table max_len x d_model"),
                     Catch::Contains("table max_len x d_model") && Catch::Contains("overflows"));
-  CHECK_THROWS_WITH(checked_add(INT64_MAX, 1, "offset"), Catch::Contains("offset") && Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(checked_add(INT64_MAX, 1, "offset"),
+                    Catch::Contains("offset") && Catch::Contains("overflows"));
   CHECK_THROWS_WITH(checked_mul(-2, 4, "rows"), Catch::Contains("rows") && Catch::Contains("negative"));
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.5 KB");
@@ -105,11 +106,12 @@ TEST_CASE("sizes are overflow-checked and named", "[tensor][errors][sizes]") {
   CHECK_THROWS_AS(Shape({int64_t(1) << 62, 8}).numel(), ShapeError);
   CHECK_THROWS_WITH(Shape({int64_t(1) << 62, 8}).numel(), Catch::Contains("[4611686018427387904,8]"));
   CHECK_THROWS_WITH(Tensor::empty({int64_t(1) << 62, 8}), Catch::Contains("[4611686018427387904,8]"));
-  CHECK_THROWS_WITH(Tensor::empty({3, -4}),
-                    Catch::Contains("[3,-4]") && Catch::Contains("dimension 1") && Catch::Contains("negative"));
+  CHECK_THROWS_WITH(Tensor::empty({3, -4}), Catch::Contains("[3,-4]") && Catch::Contains("dimension 1") &&
+                                                Catch::Contains("negative"));
 }
 
-TEST_CASE("a tensor larger than the machine is OutOfMemory naming bytes and shape", "[tensor][memory][sizes]") {
+TEST_CASE("a tensor larger than the machine is OutOfMemory naming bytes and shape",
+          "[tensor][memory][sizes]") {
   // 2^40 x 2^12 float32 = 16 PB: refused before the attempt, never std::bad_alloc.
   const Shape huge{int64_t(1) << 40, int64_t(1) << 12};
   CHECK_THROWS_AS(Tensor::zeros(huge), OutOfMemory);

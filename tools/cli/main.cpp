@@ -12,6 +12,7 @@
 // Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2.
 #include <cstdio>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "cli.hpp"
@@ -54,8 +55,14 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // Tensor storage reports its own OutOfMemory with the bytes; this is any other allocation.
     std::fflush(stdout);
-    std::fprintf(stderr, "tapegrad %s: out of memory (an allocation outside tensor storage failed; try smaller sizes)\n",
-                 running);
+    std::fprintf(
+        stderr,
+        "tapegrad %s: out of memory (an allocation outside tensor storage failed; try smaller sizes)\n",
+        running);
+    return 2;
+  } catch (const std::length_error& e) {  // a container asked for more than max_size(): a size out of range
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad %s: a size is too large to allocate (%s)\n", running, e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
