@@ -44,7 +44,7 @@ void require_one_line_error(const Run& r, const std::string& start) {
 }
 
 const std::string kRun =
-    "train --task copy --steps 1 --batch-size 4 --valid-size 4 --eval-every 0 --threads 1 ";
+    "train --task copy --steps 1 --valid-size 4 --eval-every 0 --threads 1 ";
 
 }  // namespace
 
@@ -61,6 +61,19 @@ TEST_CASE("size options that overflow or exceed the machine exit 2 with one line
   require_one_line_error(layers, "--layers 1000000000: the model would need ");
   CHECK_THAT(layers.out, Catch::Contains("more than the 4.0 GB this machine can hold"));
   CHECK(seconds < 10);  // refused from the config, not after allocating until the limit
+}
+
+TEST_CASE("running out of memory outside tensor storage is one line and exit 2", "[cli][sizes]") {
+  // 300 million examples per batch under ulimit -v 1 GB: a std::vector of examples runs out first.
+  const AddressSpaceLimit limit(rlim_t(1) << 30);
+  const Run r = run(kRun + "--batch-size 300000000");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  // The error is the last line (progress lines on stdout may precede it).
+  const size_t last = r.out.rfind('\n', r.out.size() - 2);
+  const std::string error = r.out.substr(last == std::string::npos ? 0 : last + 1);
+  CHECK_THAT(error, Catch::StartsWith("tapegrad train: out of memory") || Catch::Contains("--batch-size 300000000"));
+  CHECK_THAT(r.out, !Catch::Contains("std::bad_alloc"));
 }
 
 TEST_CASE("a small checkpoint claiming huge sizes is refused by eval, translate and resume", "[cli][sizes]") {

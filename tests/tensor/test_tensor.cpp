@@ -1,5 +1,11 @@
 // Tensor: creation, views, copies, printing, the generator and the caching allocator.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
 
 #include "tapegrad/checked.hpp"
 #include "tapegrad/memory.hpp"
@@ -142,4 +148,34 @@ TEST_CASE("returning a block to the allocator cannot throw or allocate", "[tenso
     ts.push_back(again);
   }
   CHECK(memory::stats().os_allocations == before.os_allocations);
+}
+
+TEST_CASE("running out of address space mid-way is OutOfMemory, and unwinding frees cleanly", "[tensor][memory]") {
+  // In a child process with `ulimit -v` just above its current size: tensors are allocated until the
+  // OS refuses, the exception unwinds through every ~Storage, and the child reports what it caught.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    long vm_pages = 0;
+    std::ifstream("/proc/self/statm") >> vm_pages;
+    rlimit limit{};
+    ::getrlimit(RLIMIT_AS, &limit);
+    limit.rlim_cur = rlim_t(vm_pages) * rlim_t(::sysconf(_SC_PAGE_SIZE)) + (rlim_t(256) << 20);
+    ::setrlimit(RLIMIT_AS, &limit);
+    int code = 3;  // nothing thrown
+    try {
+      std::vector<Tensor> held;
+      held.reserve(1000);
+      for (int i = 0; i < 1000; ++i) held.push_back(Tensor::empty({int64_t(1) << 20}));  // 4 MB each
+    } catch (const OutOfMemory& e) {
+      code = std::string(e.what()).find("out of memory: cannot allocate 4.0 MB for a tensor of shape [1048576]") == 0 ? 0 : 5;
+    } catch (...) {
+      code = 4;  // std::bad_alloc or another non-tapegrad error
+    }
+    std::_Exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));  // not killed by std::terminate's abort
+  CHECK(WEXITSTATUS(status) == 0);
 }
