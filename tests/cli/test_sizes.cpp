@@ -43,8 +43,7 @@ void require_one_line_error(const Run& r, const std::string& start) {
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
 }
 
-const std::string kRun =
-    "train --task copy --steps 1 --valid-size 4 --eval-every 0 --threads 1 ";
+const std::string kRun = "train --task copy --steps 1 --valid-size 4 --eval-every 0 --threads 1 ";
 
 }  // namespace
 
@@ -72,7 +71,8 @@ TEST_CASE("running out of memory outside tensor storage is one line and exit 2",
   // The error is the last line (progress lines on stdout may precede it).
   const size_t last = r.out.rfind('\n', r.out.size() - 2);
   const std::string error = r.out.substr(last == std::string::npos ? 0 : last + 1);
-  CHECK_THAT(error, Catch::StartsWith("tapegrad train: out of memory") || Catch::Contains("--batch-size 300000000"));
+  CHECK_THAT(error,
+             Catch::StartsWith("tapegrad train: out of memory") || Catch::Contains("--batch-size 300000000"));
   CHECK_THAT(r.out, !Catch::Contains("std::bad_alloc"));
 }
 

@@ -150,7 +150,8 @@ TEST_CASE("returning a block to the allocator cannot throw or allocate", "[tenso
   CHECK(memory::stats().os_allocations == before.os_allocations);
 }
 
-TEST_CASE("running out of address space mid-way is OutOfMemory, and unwinding frees cleanly", "[tensor][memory]") {
+TEST_CASE("running out of address space mid-way is OutOfMemory, and unwinding frees cleanly",
+          "[tensor][memory]") {
   // In a child process with `ulimit -v` just above its current size: tensors are allocated until the
   // OS refuses, the exception unwinds through every ~Storage, and the child reports what it caught.
   const pid_t pid = ::fork();
@@ -168,7 +169,10 @@ TEST_CASE("running out of address space mid-way is OutOfMemory, and unwinding fr
       held.reserve(1000);
       for (int i = 0; i < 1000; ++i) held.push_back(Tensor::empty({int64_t(1) << 20}));  // 4 MB each
     } catch (const OutOfMemory& e) {
-      code = std::string(e.what()).find("out of memory: cannot allocate 4.0 MB for a tensor of shape [1048576]") == 0 ? 0 : 5;
+      code = std::string(e.what()).find(
+                 "out of memory: cannot allocate 4.0 MB for a tensor of shape [1048576]") == 0
+                 ? 0
+                 : 5;
     } catch (...) {
       code = 4;  // std::bad_alloc or another non-tapegrad error
     }
