@@ -51,4 +51,13 @@ class NonFiniteError : public Error {
   using Error::Error;
 };
 
+// Memory for a tensor (or a model) that the machine cannot provide. The message names the bytes in
+// human units and what they were for, e.g. "out of memory: cannot allocate 56.0 GB for a tensor of
+// shape [..]". Thrown before the attempt when the size exceeds the machine's limit, or when the
+// allocation itself fails.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tapegrad

@@ -17,9 +17,16 @@ struct Stats {
   int64_t cache_hits = 0;       // allocations served from a free list
 };
 
-// Returns a block of at least `bytes` (>= 1) and writes its capacity (the size class).
+// Returns a block of at least `bytes` (>= 1) and writes its capacity (the size class). Throws
+// OutOfMemory (naming the bytes) when `bytes` exceeds machine_limit_bytes() or the OS refuses, never
+// std::bad_alloc.
 void* allocate(int64_t bytes, int64_t* capacity);
-void release(void* ptr, int64_t capacity);
+// Puts a block from allocate back on its free list. Never allocates and never throws: it runs in
+// ~Storage, also while an exception unwinds.
+void release(void* ptr, int64_t capacity) noexcept;
+// The most memory this process can hold: physical memory, or the address-space limit (RLIMIT_AS,
+// `ulimit -v`) when that is lower. Read once per process.
+int64_t machine_limit_bytes();
 Stats stats();
 // Gives every cached block back to the OS.
 void empty_cache();

@@ -24,6 +24,7 @@ class Shape {
   const int64_t* data() const { return dims_; }
   const int64_t* begin() const { return dims_; }
   const int64_t* end() const { return dims_ + ndim_; }
+  // Product of the dimensions; throws ShapeError naming the shape if one is negative or it overflows.
   int64_t numel() const;
   // Dimension i counted from the back when negative (-1 = last). No range check.
   int64_t at(int i) const { return dims_[i < 0 ? i + ndim_ : i]; }

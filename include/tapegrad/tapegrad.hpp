@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tapegrad/autograd.hpp"
+#include "tapegrad/checked.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/memory.hpp"
 #include "tapegrad/op_checks.hpp"

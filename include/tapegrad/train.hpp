@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tapegrad/data.hpp"
+#include "tapegrad/io.hpp"
 #include "tapegrad/models/seq2seq.hpp"
 #include "tapegrad/optim.hpp"
 
@@ -149,5 +150,21 @@ struct LoadedModel {
   std::string optimizer_path;  // the optimizer state saved with this model
 };
 LoadedModel load_checkpoint(const std::string& dir);
+
+// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
+// the file and the metadata field or tensor at fault.
+//
+// A model file against its parsed config, before anything is built: the sizes its tensors imply
+// (src_embed.weight -> vocab_size, d_model; encoder.layers.N -> layers; d_ff, hidden, learned max_len),
+// the closed-form parameter count against the file's values, position tables within the file's size
+// plus 64 MB, the machine's memory (models::check_config), every value finite.
+void check_model_file(const io::SafetensorsFile& model_file, const models::ModelConfig& config);
+// Parses the metadata strictly (format, step, options, vocab, config), runs check_model_file, then
+// builds the model and copies the parameters in (eval mode). What load_checkpoint does after reading.
+LoadedModel load_model_file(const io::SafetensorsFile& model_file);
+// An optimizer file: format, step (digits only), generator state, finite moments (second moments >= 0).
+void check_training_state(const io::SafetensorsFile& optimizer_file);
+// Its 'generator' entry: exactly 4 comma-separated unsigned 64-bit decimal words, not all zero.
+std::vector<uint64_t> generator_state(const io::SafetensorsFile& optimizer_file);
 
 }  // namespace tapegrad::train

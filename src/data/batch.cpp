@@ -2,6 +2,7 @@
 // data.hpp). Not here: bucketing by length or shuffling; callers choose which examples go together.
 #include <algorithm>
 
+#include "tapegrad/checked.hpp"
 #include "tapegrad/data.hpp"
 #include "tapegrad/error.hpp"
 
@@ -28,7 +29,9 @@ Batch make_batch(const std::vector<Example>& examples) {
     S = std::max(S, int64_t(ex.src.size()));
     T = std::max(T, int64_t(ex.tgt.size()) + 1);  // + <bos> in tgt_in, + <eos> in tgt_out
   }
-  std::vector<int32_t> src(size_t(B * S), kPad), tgt_in(size_t(B * T), kPad), tgt_out(size_t(B * T), kPad);
+  const auto src_cells = size_t(checked_mul(B, S, "make_batch: batch x source length"));
+  const auto tgt_cells = size_t(checked_mul(B, T, "make_batch: batch x target length"));
+  std::vector<int32_t> src(src_cells, kPad), tgt_in(tgt_cells, kPad), tgt_out(tgt_cells, kPad);
   Batch batch;
   for (int64_t b = 0; b < B; ++b) {
     const Example& ex = examples[size_t(b)];

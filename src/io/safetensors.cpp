@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "src/io/atomic_file.hpp"
+#include "tapegrad/checked.hpp"
 #include "tapegrad/io.hpp"
 
 namespace tapegrad::io {
@@ -223,12 +224,14 @@ Header parse_header(const std::string& path, std::string_view text, uint64_t dat
     // A zero dimension makes the product 0 whatever the others are.
     uint64_t nbytes = 0;
     if (!has_zero) {
-      nbytes = uint64_t(dtype_size(e.dtype));
-      for (int64_t d : dims)
-        if (__builtin_mul_overflow(nbytes, uint64_t(d), &nbytes) ||
-            nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
-          fail(path, tensor + ": shape " + shape.dump() + " of " + safetensors_dtype(e.dtype) +
-                         " overflows: its byte size does not fit in 63 bits");
+      try {
+        int64_t n = dtype_size(e.dtype);
+        for (int64_t d : dims) n = checked_mul(n, d, "tensor bytes");
+        nbytes = uint64_t(n);
+      } catch (const Error&) {
+        fail(path, tensor + ": shape " + shape.dump() + " of " + safetensors_dtype(e.dtype) +
+                       " overflows: its byte size does not fit in 63 bits");
+      }
     }
     e.shape = Shape(dims);
 
@@ -237,6 +240,10 @@ Header parse_header(const std::string& path, std::string_view text, uint64_t dat
       fail(path, tensor + ": \"data_offsets\": expected [begin, end], got " + got(off));
     e.begin = expect_uint(path, tensor + ": data_offsets[0]", off[0]);
     e.end = expect_uint(path, tensor + ": data_offsets[1]", off[1]);
+    // Offsets are sizes: within int64 like every other (so file positions computed from them cannot wrap).
+    for (const uint64_t o : {e.begin, e.end})
+      if (o > uint64_t(std::numeric_limits<int64_t>::max()))
+        fail(path, tensor + ": data_offsets entry " + std::to_string(o) + " does not fit in 63 bits");
     if (e.begin > e.end)
       fail(path, tensor + ": data_offsets [" + std::to_string(e.begin) + "," + std::to_string(e.end) +
                      "] has begin > end");
@@ -395,6 +402,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   std::string text(size_t(n), '\0');
   read_exact(path, file.get(), text.data(), n, kLengthFieldBytes, "the JSON header");
+  // The format allows trailing spaces after the JSON, nothing else: a byte order mark or NUL padding
+  // (which some JSON parsers skip or stop at) marks a file another tool must not read differently.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0)
+    fail(path,
+         "header starts with a UTF-8 byte order mark (file bytes 8..11); a safetensors header is plain JSON");
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    fail(path, "header has a NUL byte at file byte " + std::to_string(kLengthFieldBytes + nul) +
+                   " (header byte " + std::to_string(nul) + "); only spaces may pad a header");
   const uint64_t data_start = kLengthFieldBytes + n;
   Header h = parse_header(path, text, data_start, size - data_start);
 

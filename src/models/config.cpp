@@ -32,6 +32,36 @@ std::string ModelConfig::to_json() const {
   return j.dump();
 }
 
+namespace {
+
+// The value of `key` in the config object, given to `parse`; a missing key or a value of the wrong
+// type is an Error naming the key.
+template <class F>
+auto config_field(const nlohmann::json& j, const char* key, F&& parse) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw Error(std::string("model config: no field '") + key + "'");
+  try {
+    return parse(*it);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("model config: field '") + key + "': " + e.what());
+  }
+}
+
+int64_t integer_field(const nlohmann::json& j, const char* key) {
+  return config_field(j, key, [&](const nlohmann::json& v) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+      throw Error(std::string("model config: field '") + key + "' is " + v.dump() +
+                  "; expected a 64-bit integer");
+    return v.get<int64_t>();
+  });
+}
+
+std::string string_field(const nlohmann::json& j, const char* key) {
+  return config_field(j, key, [](const nlohmann::json& v) { return v.get<std::string>(); });
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_json(const std::string& text) {
   nlohmann::json j;
   try {
@@ -39,49 +69,56 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("model config: invalid JSON: ") + e.what());
   }
+  if (!j.is_object()) throw Error(std::string("model config: expected a JSON object, got ") + j.type_name());
   ModelConfig c;
-  try {
-    c.kind = parse_model(j.at("model").get<std::string>());
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.d_model = j.at("d_model").get<int64_t>();
-    c.layers = j.at("layers").get<int64_t>();
-    c.dropout = j.at("dropout").get<double>();
-    c.heads = j.at("heads").get<int64_t>();
-    c.d_ff = j.at("d_ff").get<int64_t>();
-    c.positional = nn::parse_positional(j.at("positional").get<std::string>());
-    c.norm_first = j.at("norm_first").get<bool>();
-    c.activation = nn::parse_activation(j.at("activation").get<std::string>());
-    c.max_len = j.at("max_len").get<int64_t>();
-    c.cell = nn::parse_cell(j.at("rnn_cell").get<std::string>());
-    c.hidden = j.at("hidden").get<int64_t>();
-    c.score = nn::parse_score(j.at("attention").get<std::string>());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("model config: ") + e.what());
-  }
-  c.validate();
+  c.kind = parse_model(string_field(j, "model"));
+  c.vocab_size = integer_field(j, "vocab_size");
+  c.d_model = integer_field(j, "d_model");
+  c.layers = integer_field(j, "layers");
+  c.dropout = config_field(j, "dropout", [](const nlohmann::json& v) { return v.get<double>(); });
+  c.heads = integer_field(j, "heads");
+  c.d_ff = integer_field(j, "d_ff");
+  c.positional = nn::parse_positional(string_field(j, "positional"));
+  c.norm_first = config_field(j, "norm_first", [](const nlohmann::json& v) { return v.get<bool>(); });
+  c.activation = nn::parse_activation(string_field(j, "activation"));
+  c.max_len = integer_field(j, "max_len");
+  c.cell = nn::parse_cell(string_field(j, "rnn_cell"));
+  c.hidden = integer_field(j, "hidden");
+  c.score = nn::parse_score(string_field(j, "attention"));
+  c.validate(ConfigNames::json);
   return c;
 }
 
-void ModelConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) throw Error(std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
+void ModelConfig::validate(ConfigNames names) const {
+  const bool cli = names == ConfigNames::cli;
+  auto field = [&](const char* json, const char* option, const std::string& value) {
+    return std::string(cli ? option : json) + " " + value;
   };
-  positive(vocab_size, "vocab_size");
-  positive(d_model, "d_model");
-  positive(layers, "layers");
-  positive(heads, "heads");
-  positive(d_ff, "d_ff");
-  positive(max_len, "max_len");
-  positive(hidden, "hidden");
-  if (vocab_size < 5) throw Error("model config: vocab_size must include the 4 specials and a token");
-  if (!(dropout >= 0 && dropout < 1)) throw Error("model config: dropout must be in [0, 1)");
+  auto positive = [&](int64_t v, const char* json, const char* option) {
+    if (v <= 0) throw Error(field(json, option, std::to_string(v)) + ": must be positive");
+  };
+  positive(vocab_size, "vocab_size", "vocabulary size");
+  positive(d_model, "d_model", "--d-model");
+  positive(layers, "layers", "--layers");
+  positive(heads, "heads", "--heads");
+  positive(d_ff, "d_ff", "--d-ff");
+  positive(max_len, "max_len", "max_len");
+  positive(hidden, "hidden", "--hidden");
+  if (vocab_size < 5)
+    throw Error(field("vocab_size", "vocabulary size", std::to_string(vocab_size)) +
+                ": must include the 4 specials and at least one token");
+  if (!(dropout >= 0 && dropout < 1))
+    throw Error(field("dropout", "--dropout", std::to_string(dropout)) + ": must be in [0, 1)");
+  if (max_len > kMaxPositions)
+    throw Error(field("max_len", "max_len", std::to_string(max_len)) + ": at most " +
+                std::to_string(kMaxPositions) + " positions");
   if (kind == ModelKind::transformer && d_model % heads != 0)
-    throw Error("model config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
-                std::to_string(heads));
+    throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
+                field("heads", "--heads", std::to_string(heads)));
 }
 
 std::unique_ptr<Seq2Seq> make_model(const ModelConfig& config, uint64_t seed) {
-  config.validate();
+  check_config(config, ConfigNames::cli);
   if (config.kind == ModelKind::transformer) return make_transformer(config, seed);
   return make_rnn_seq2seq(config, seed);
 }

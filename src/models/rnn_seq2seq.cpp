@@ -3,6 +3,7 @@
 // vector tanh(W_c [h_t; c_t]) predicts the token and is fed to the next step's input).
 #include "src/models/models_internal.hpp"
 #include "tapegrad/autograd.hpp"
+#include "tapegrad/checked.hpp"
 
 namespace tapegrad::models {
 
@@ -15,11 +16,14 @@ class RnnSeq2Seq : public Seq2Seq {
     src_embed_ = register_module("src_embed", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, g));
     tgt_embed_ = register_module("tgt_embed", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, g));
     encoder_ = register_module("encoder", std::make_shared<nn::RnnStack>(c.cell, c.d_model, c.hidden, c.layers, c.dropout, g));
-    const int64_t dec_in = attention_ ? c.d_model + c.hidden : c.d_model;  // input feeding
+    const int64_t dec_in = attention_ ? checked_add(c.d_model, c.hidden, "decoder input d_model + hidden")
+                                      : c.d_model;  // input feeding
     decoder_ = register_module("decoder", std::make_shared<nn::RnnStack>(c.cell, dec_in, c.hidden, c.layers, c.dropout, g));
     if (attention_) {
       attn_ = register_module("attention", std::make_shared<nn::SeqAttention>(c.score, c.hidden, c.hidden, c.hidden, g));
-      combine_ = register_module("combine", std::make_shared<nn::Linear>(2 * c.hidden, c.hidden, g, false));
+      combine_ = register_module(
+          "combine", std::make_shared<nn::Linear>(checked_mul(2, c.hidden, "attention combine 2 x hidden"),
+                                                  c.hidden, g, false));
     }
     out_proj_ = register_module("out_proj", std::make_shared<nn::Linear>(c.hidden, c.vocab_size, g));
     drop_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));

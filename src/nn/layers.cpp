@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tapegrad/checked.hpp"
+
 namespace tapegrad::nn {
 
 Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
@@ -39,13 +41,16 @@ PositionalKind parse_positional(const std::string& name) {
 PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t max_len, int64_t dim, Generator& gen, DType dtype)
     : kind_(kind), max_len_(max_len) {
   if (kind == PositionalKind::sinusoidal) {
-    std::vector<double> pe(size_t(max_len * dim));
+    // Filled in float64 (tensor storage, so a table too large is OutOfMemory naming its shape).
+    (void)checked_mul(max_len, dim, "positional encoding table max_len x d_model");
+    Tensor pe = Tensor::empty({max_len, dim}, DType::f64);
+    double* p = pe.data<double>();
     for (int64_t t = 0; t < max_len; ++t)
       for (int64_t i = 0; i < dim; ++i) {
         const double angle = double(t) / std::pow(10000.0, double(2 * (i / 2)) / double(dim));
-        pe[size_t(t * dim + i)] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+        p[t * dim + i] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
       }
-    table_ = register_buffer(Tensor::from_vector(pe, {max_len, dim}, dtype));
+    table_ = register_buffer(dtype == DType::f64 ? pe : pe.to(dtype));
   } else if (kind == PositionalKind::learned) {
     table_ = register_parameter("weight", Tensor::randn({max_len, dim}, gen, dtype, 0.0, 0.02));
   }

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tapegrad/checked.hpp"
+
 namespace tapegrad::nn {
 
 const char* cell_name(CellKind k) {
@@ -26,7 +28,7 @@ int64_t gate_count(CellKind k) { return k == CellKind::elman ? 1 : k == CellKind
 }  // namespace
 
 RnnCell::RnnCell(CellKind kind, int64_t input, int64_t hidden, Generator& gen) : kind_(kind), hidden_(hidden) {
-  const int64_t G = gate_count(kind) * hidden;
+  const int64_t G = checked_mul(gate_count(kind), hidden, "rnn cell gates x hidden");
   const double bound = 1.0 / std::sqrt(double(hidden));  // PyTorch's default for recurrent layers
   w_ih = register_parameter("w_ih", Tensor::rand({G, input}, gen, DType::f32, -bound, bound));
   b_ih = register_parameter("b_ih", Tensor::rand({G}, gen, DType::f32, -bound, bound));

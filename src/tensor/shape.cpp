@@ -15,9 +15,23 @@ Shape::Shape(std::span<const int64_t> dims) {
   for (int64_t d : dims) push_back(d);
 }
 
+namespace {
+// Out of line and cold: numel is on every op's path.
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_shape(const Shape& s, const std::string& why) {
+  std::string msg = "shape ";
+  msg += to_string(s);
+  msg += ": ";
+  msg += why;
+  throw ShapeError(msg);
+}
+}  // namespace
+
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < ndim_; ++i) n *= dims_[i];
+  for (int i = 0; i < ndim_; ++i) {
+    if (dims_[i] < 0) refuse_shape(*this, "negative dimension " + std::to_string(dims_[i]));
+    if (__builtin_mul_overflow(n, dims_[i], &n)) refuse_shape(*this, "element count overflows 64 bits");
+  }
   return n;
 }
 

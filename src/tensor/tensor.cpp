@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.hpp"
 #include "src/internal.hpp"
+#include "tapegrad/checked.hpp"
 #include "tapegrad/memory.hpp"
 
 namespace tapegrad {
@@ -30,10 +31,26 @@ Storage::~Storage() { memory::release(data, capacity); }
 // ---- creation ------------------------------------------------------------------------------------
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
-    if (d < 0) throw ShapeError("empty: negative dimension in shape " + tapegrad::to_string(shape));
+  for (int i = 0; i < shape.ndim(); ++i)
+    if (shape[i] < 0)
+      throw ShapeError("tensor of shape " + tapegrad::to_string(shape) + ": dimension " + std::to_string(i) +
+                       " is negative (" + std::to_string(shape[i]) + ")");
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape.numel(), dtype_size(dtype), &bytes))
+    throw OutOfMemory("out of memory: a tensor of shape " + tapegrad::to_string(shape) + " (" +
+                      dtype_name(dtype) + ") needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape.numel() * dtype_size(dtype));
+  try {
+    impl->storage = std::make_shared<Storage>(bytes);
+  } catch (const OutOfMemory&) {
+    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) +
+                      " for a tensor of shape " + tapegrad::to_string(shape) + " (" + dtype_name(dtype) +
+                      "; the machine's limit is " + format_bytes(double(memory::machine_limit_bytes())) +
+                      ")");
+  } catch (const std::bad_alloc&) {  // the shared_ptr control block
+    throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(bytes)) +
+                      " for a tensor of shape " + tapegrad::to_string(shape));
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -1,10 +1,14 @@
 // Checkpoint directories: model.safetensors + optimizer.safetensors (see train.hpp).
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
+#include "tapegrad/checked.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/io.hpp"
 
@@ -13,6 +17,9 @@ namespace tapegrad::train {
 namespace {
 
 constexpr const char* kFormat = "tapegrad-checkpoint-1";
+// Position tables (built from max_len, not stored) may take at most this much beyond the file's own
+// parameter bytes, so a small file cannot make the loader allocate much more than its size.
+constexpr int64_t kTableAllowanceBytes = int64_t(64) << 20;
 
 std::string generator_words(const Generator& g) {
   std::string out;
@@ -26,25 +33,203 @@ const std::string& meta(const io::SafetensorsFile& f, const std::string& key) {
   return it->second;
 }
 
-int64_t meta_int(const io::SafetensorsFile& f, const std::string& key) {
-  const std::string& v = meta(f, key);
-  try {
-    size_t used = 0;
-    const long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw IoError(f.path + ": metadata '" + key + "' is not an integer: '" + v + "'");
+void require_format(const io::SafetensorsFile& f) {
+  if (meta(f, "format") != kFormat)
+    throw IoError(f.path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " +
+                  kFormat + ")");
+}
+
+// A decimal integer in [0, max], digits only: no sign, space, or leading "0x"; nullopt otherwise.
+std::optional<uint64_t> parse_decimal(const std::string& text, uint64_t max) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(ch - '0'), &v))
+      return std::nullopt;
   }
+  if (v > max) return std::nullopt;
+  return v;
+}
+
+int64_t meta_step(const io::SafetensorsFile& f) {
+  const std::string& v = meta(f, "step");
+  const auto step = parse_decimal(v, uint64_t(INT64_MAX));
+  if (!step)
+    throw IoError(f.path + ": metadata 'step' is '" + v + "'; expected a non-negative decimal integer");
+  return int64_t(*step);
+}
+
+// Runs parse(metadata[key]); an Error names the file and the entry.
+template <class F>
+auto parse_meta(const io::SafetensorsFile& f, const char* key, F&& parse) {
+  const std::string& text = meta(f, key);
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    throw IoError(f.path + ": metadata '" + key + "': " + e.what());
+  }
+}
+
+// Every element finite (floating tensors); IoError naming the tensor and the first bad element.
+void require_finite(const io::SafetensorsFile& f, const std::string& name, const Tensor& t,
+                    const char* what) {
+  if (t.dtype() == DType::i32) return;
+  const std::vector<double> v = t.to_vector();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      throw IoError(f.path + ": " + what + " " + name + " holds " + std::to_string(v[i]) + " at element " +
+                    std::to_string(i) + "; a checkpoint must be finite");
+}
+
+// `field` of the config must equal what tensor `name`'s dimension `dim` says (when the file has it).
+void require_implied(const io::SafetensorsFile& f, const char* field, int64_t value, const std::string& name,
+                     int dim) {
+  const Tensor* t = f.find(name);
+  if (!t || t->ndim() <= dim) return;
+  if (t->size(dim) != value)
+    throw IoError(f.path + ": metadata 'config': " + field + " " + std::to_string(value) +
+                  " does not match tensor " + name + " " + to_string(t->shape()) + ", which implies " +
+                  std::to_string(t->size(dim)));
+}
+
+// Layers per side the tensors imply: 1 + the largest N in "encoder.layers.N.".
+int64_t implied_layers(const io::SafetensorsFile& f) {
+  const std::string prefix = "encoder.layers.";
+  int64_t layers = 0;
+  for (const auto& [name, t] : f.tensors) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const size_t dot = name.find('.', prefix.size());
+    if (const auto n =
+            parse_decimal(name.substr(prefix.size(), dot - prefix.size()), uint64_t(INT64_MAX) - 1))
+      layers = std::max(layers, int64_t(*n) + 1);
+  }
+  return layers;
 }
 
 }  // namespace
 
+void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& config) {
+  using models::ConfigNames;
+  // Sizes the tensors imply, field by field, so a wrong field is named with the tensor that contradicts it.
+  require_implied(f, "vocab_size", config.vocab_size, "src_embed.weight", 0);
+  require_implied(f, "d_model", config.d_model, "src_embed.weight", 1);
+  if (const int64_t layers = implied_layers(f); layers > 0 && layers != config.layers)
+    throw IoError(f.path + ": metadata 'config': layers " + std::to_string(config.layers) +
+                  " does not match the tensors, which hold " + std::to_string(layers) + " encoder layers");
+  if (config.kind == models::ModelKind::transformer) {
+    require_implied(f, "d_ff", config.d_ff, "encoder.layers.0.ff.linear1.weight", 0);
+    if (config.positional == nn::PositionalKind::learned)
+      require_implied(f, "max_len", config.max_len, "src_pos.weight", 0);
+  } else {
+    require_implied(f, "hidden", config.hidden, "out_proj.weight", 1);
+  }
+  // Then the whole: the config's closed-form parameter count against the file's elements.
+  int64_t elements = 0;
+  for (const auto& [name, t] : f.tensors)
+    elements = checked_add(elements, t.numel(), f.path + ": tensor elements");
+  int64_t expected = 0;
+  try {
+    expected = models::parameter_count(config, ConfigNames::json);
+  } catch (const Error& e) {
+    throw IoError(f.path + ": metadata 'config': " + e.what());
+  }
+  if (expected != elements)
+    throw IoError(f.path + ": metadata 'config' describes a model of " + std::to_string(expected) +
+                  " parameters but the file holds " + std::to_string(elements) + " values");
+  const int64_t tables = models::buffer_bytes(config, ConfigNames::json);
+  if (tables >
+      checked_add(checked_mul(elements, 4, "parameter bytes"), kTableAllowanceBytes, "table allowance"))
+    throw IoError(f.path + ": metadata 'config': max_len " + std::to_string(config.max_len) +
+                  ": the position tables would need " + format_bytes(double(tables)) +
+                  ", far more than the file's " + format_bytes(double(elements) * 4) + " of parameters");
+  try {
+    models::check_config(config, ConfigNames::json);
+  } catch (const Error& e) {
+    throw IoError(f.path + ": metadata 'config': " + e.what());
+  }
+  for (const auto& [name, t] : f.tensors) require_finite(f, name, t, "parameter");
+}
+
+LoadedModel load_model_file(const io::SafetensorsFile& f) {
+  require_format(f);
+  LoadedModel m;
+  m.step = meta_step(f);
+  m.options = parse_meta(f, "options", [](const std::string& text) { return TrainOptions::from_json(text); });
+  m.vocab = parse_meta(f, "vocab", [](const std::string& text) { return data::Vocab::from_json(text); });
+  const models::ModelConfig config =
+      parse_meta(f, "config", [](const std::string& text) { return models::ModelConfig::from_json(text); });
+  if (config.vocab_size != m.vocab.size())
+    throw IoError(f.path + ": the vocabulary has " + std::to_string(m.vocab.size()) +
+                  " tokens but metadata 'config' has vocab_size " + std::to_string(config.vocab_size));
+  check_model_file(f, config);
+  m.options.model = config;
+  m.model = models::make_model(config, m.options.seed);
+  // Names against the model: every parameter present with its shape, nothing unexpected.
+  const auto params = m.model->named_parameters();
+  for (const auto& [name, p] : params) {
+    const Tensor& t = f.get(name);
+    if (t.shape() != p.shape() || t.dtype() != p.dtype())
+      throw IoError(f.path + ": tensor " + name + " is " + t.describe() + ", the model expects " +
+                    p.describe());
+    Tensor dst = p;
+    dst.copy_from(t);
+  }
+  if (f.tensors.size() != params.size()) {
+    for (const auto& [name, t] : f.tensors) {
+      bool known = false;
+      for (const auto& [pn, p] : params) known |= pn == name;
+      if (!known) throw IoError(f.path + ": tensor " + name + " is not a parameter of this model");
+    }
+  }
+  m.model->eval();
+  return m;
+}
+
+void check_training_state(const io::SafetensorsFile& f) {
+  require_format(f);
+  (void)meta_step(f);
+  (void)generator_state(f);
+  for (const auto& [name, t] : f.tensors) {
+    require_finite(f, name, t, "optimizer state");
+    if (name.rfind("exp_avg_sq.", 0) == 0)
+      for (double x : t.to_vector())
+        if (x < 0)
+          throw IoError(f.path + ": optimizer state " + name + " holds a negative second moment " +
+                        std::to_string(x));
+  }
+}
+
+std::vector<uint64_t> generator_state(const io::SafetensorsFile& f) {
+  const std::string& text = meta(f, "generator");
+  std::vector<uint64_t> words;
+  size_t begin = 0;
+  for (;;) {
+    const size_t comma = text.find(',', begin);
+    const auto w = parse_decimal(text.substr(begin, comma - begin), UINT64_MAX);
+    if (!w)
+      throw IoError(f.path + ": metadata 'generator' is '" + text +
+                    "'; expected 4 comma-separated unsigned 64-bit decimal words");
+    words.push_back(*w);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  if (words.size() != 4)
+    throw IoError(f.path + ": metadata 'generator' has " + std::to_string(words.size()) +
+                  " words; expected 4");
+  if (words == std::vector<uint64_t>(4, 0))
+    throw IoError(f.path + ": metadata 'generator' is all zero, a state the generator never reaches");
+  return words;
+}
+
 void write_checkpoint_files(const Session& s, const std::string& dir, const std::function<void()>& between) {
   const std::string step = std::to_string(s.step);
   io::save_safetensors(dir + "/model.safetensors", s.model->named_parameters(),
-                       {{"format", kFormat}, {"step", step}, {"config", s.model->config().to_json()},
-                        {"vocab", s.vocab.to_json()}, {"tokenization", data::tokenization_name(s.options.tokenization)},
+                       {{"format", kFormat},
+                        {"step", step},
+                        {"config", s.model->config().to_json()},
+                        {"vocab", s.vocab.to_json()},
+                        {"tokenization", data::tokenization_name(s.options.tokenization)},
                         {"options", s.options.to_json()}});
   if (between) between();
   io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),
@@ -56,50 +241,16 @@ void save_checkpoint(const Session& s, const std::string& dir) { write_checkpoin
 
 LoadedModel load_checkpoint(const std::string& dir) {
   const CheckpointFiles files = resolve_checkpoint(dir);
-  const std::string& path = files.model;
-  if (!std::filesystem::exists(path)) throw IoError(dir + ": no model.safetensors (not a checkpoint directory?)");
-  const io::SafetensorsFile f = io::load_safetensors(path);
-  if (meta(f, "format") != kFormat)
-    throw IoError(path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " + kFormat + ")");
-  LoadedModel m;
+  if (!std::filesystem::exists(files.model))
+    throw IoError(dir + ": no model.safetensors (not a checkpoint directory?)");
+  LoadedModel m = load_model_file(io::load_safetensors(files.model));
   m.optimizer_path = files.optimizer;
-  m.step = meta_int(f, "step");
-  try {
-    m.options = TrainOptions::from_json(meta(f, "options"));
-    m.vocab = data::Vocab::from_json(meta(f, "vocab"));
-    const models::ModelConfig config = models::ModelConfig::from_json(meta(f, "config"));
-    if (config.vocab_size != m.vocab.size())
-      throw Error("vocabulary has " + std::to_string(m.vocab.size()) + " tokens but the model expects " +
-                  std::to_string(config.vocab_size));
-    m.options.model = config;
-    m.model = models::make_model(config, m.options.seed);
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw IoError(path + ": " + e.what());
-  }
-  // Names against the model: every parameter present with its shape, nothing unexpected.
-  const auto params = m.model->named_parameters();
-  for (const auto& [name, p] : params) {
-    const Tensor& t = f.get(name);
-    if (t.shape() != p.shape() || t.dtype() != p.dtype())
-      throw IoError(path + ": tensor " + name + " is " + t.describe() + ", the model expects " + p.describe());
-    Tensor dst = p;
-    dst.copy_from(t);
-  }
-  if (f.tensors.size() != params.size()) {
-    for (const auto& [name, t] : f.tensors) {
-      bool known = false;
-      for (const auto& [pn, p] : params) known |= pn == name;
-      if (!known) throw IoError(path + ": tensor " + name + " is not a parameter of this model");
-    }
-  }
-  m.model->eval();
   return m;
 }
 
 void restore_training_state(Session& s, const io::SafetensorsFile& f) {
-  const int64_t step = meta_int(f, "step");
+  check_training_state(f);
+  const int64_t step = meta_step(f);
   if (step != s.step)
     throw IoError(f.path + ": optimizer state is at step " + std::to_string(step) + " but the model at step " +
                   std::to_string(s.step) + " (an interrupted save?)");
@@ -112,17 +263,7 @@ void restore_training_state(Session& s, const io::SafetensorsFile& f) {
   } catch (const Error& e) {
     throw IoError(f.path + ": " + e.what());
   }
-  std::vector<uint64_t> words;
-  std::stringstream ss(meta(f, "generator"));
-  for (std::string w; std::getline(ss, w, ',');) {
-    try {
-      words.push_back(std::stoull(w));
-    } catch (const std::exception&) {
-      throw IoError(f.path + ": generator state is malformed: '" + meta(f, "generator") + "'");
-    }
-  }
-  if (words.size() != 4) throw IoError(f.path + ": generator state must have 4 words");
-  s.model->generator().set_state(words);
+  s.model->generator().set_state(generator_state(f));
 }
 
 }  // namespace tapegrad::train

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
@@ -158,39 +160,94 @@ std::string TrainOptions::to_json() const {
   return j.dump();
 }
 
-TrainOptions TrainOptions::from_json(const std::string& text) {
-  TrainOptions o;
+namespace {
+
+using Json = nlohmann::json;
+
+const Json& field(const Json& j, const char* key) {
+  if (!j.is_object())
+    throw Error(std::string("training options: expected a JSON object, got ") + j.type_name());
+  const auto it = j.find(key);
+  if (it == j.end()) throw Error(std::string("training options: no field '") + key + "'");
+  return *it;
+}
+
+[[noreturn]] void bad_field(const char* key, const Json& v, const char* expected) {
+  throw Error(std::string("training options: field '") + key + "' is " + v.dump() + "; expected " + expected);
+}
+
+// An integer field that fits T exactly (no wrap-around of -1 into an unsigned, no truncation).
+template <class T>
+T integer(const Json& j, const char* key) {
+  const Json& v = field(j, key);
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                    : v.is_number_integer()
+                        ? std::is_signed_v<T> && v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                              v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max())
+                        : false;
+  if (!fits)
+    bad_field(key, v, std::is_signed_v<T> ? "an integer in range" : "a non-negative integer in range");
+  return v.get<T>();
+}
+
+double number(const Json& j, const char* key) {
+  const Json& v = field(j, key);
+  if (!v.is_number()) bad_field(key, v, "a number");
+  return v.get<double>();
+}
+
+std::string text(const Json& j, const char* key) {
+  const Json& v = field(j, key);
+  if (!v.is_string()) bad_field(key, v, "a string");
+  return v.get<std::string>();
+}
+
+// Runs f; an Error from parsing a named field's value gets the field's name.
+template <class F>
+auto named(const char* key, F&& f) {
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    o.model = models::ModelConfig::from_json(j.at("model").dump());
-    o.task = j.at("task").get<std::string>();
-    o.task_options.min_len = j.at("task_min_len").get<int>();
-    o.task_options.max_len = j.at("task_max_len").get<int>();
-    o.task_options.symbols = j.at("task_symbols").get<int>();
-    o.train_file = j.at("train_file").get<std::string>();
-    o.valid_file = j.at("valid_file").get<std::string>();
-    o.tokenization = data::parse_tokenization(j.at("tokenization").get<std::string>());
-    o.valid_fraction = j.at("valid_fraction").get<double>();
-    o.steps = j.at("steps").get<int64_t>();
-    o.batch_size = j.at("batch_size").get<int64_t>();
-    o.optimizer = j.at("optimizer").get<std::string>();
-    o.lr = j.at("lr").get<double>();
-    o.momentum = j.at("momentum").get<double>();
-    o.weight_decay = j.at("weight_decay").get<double>();
-    o.schedule = optim::parse_schedule(j.at("schedule").get<std::string>());
-    o.warmup = j.at("warmup").get<int64_t>();
-    o.clip_norm = j.at("clip_norm").get<double>();
-    o.label_smoothing = j.at("label_smoothing").get<double>();
-    o.seed = j.at("seed").get<uint64_t>();
-    o.threads = j.at("threads").get<int>();
-    o.valid_size = j.at("valid_size").get<int64_t>();
-    o.eval_every = j.at("eval_every").get<int64_t>();
-    o.log_every = j.at("log_every").get<int64_t>();
-    o.save_every = j.at("save_every").get<int64_t>();
-    o.decode_max_len = j.at("decode_max_len").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("training options: ") + e.what());
+    return f();
+  } catch (const Error& e) {
+    throw Error(std::string("training options: field '") + key + "': " + e.what());
   }
+}
+
+}  // namespace
+
+TrainOptions TrainOptions::from_json(const std::string& json_text) {
+  Json j;
+  try {
+    j = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    throw Error(std::string("training options: not valid JSON: ") + e.what());
+  }
+  TrainOptions o;
+  o.model = named("model", [&] { return models::ModelConfig::from_json(field(j, "model").dump()); });
+  o.task = text(j, "task");
+  o.task_options.min_len = integer<int>(j, "task_min_len");
+  o.task_options.max_len = integer<int>(j, "task_max_len");
+  o.task_options.symbols = integer<int>(j, "task_symbols");
+  o.train_file = text(j, "train_file");
+  o.valid_file = text(j, "valid_file");
+  o.tokenization = named("tokenization", [&] { return data::parse_tokenization(text(j, "tokenization")); });
+  o.valid_fraction = number(j, "valid_fraction");
+  o.steps = integer<int64_t>(j, "steps");
+  o.batch_size = integer<int64_t>(j, "batch_size");
+  o.optimizer = text(j, "optimizer");
+  o.lr = number(j, "lr");
+  o.momentum = number(j, "momentum");
+  o.weight_decay = number(j, "weight_decay");
+  o.schedule = named("schedule", [&] { return optim::parse_schedule(text(j, "schedule")); });
+  o.warmup = integer<int64_t>(j, "warmup");
+  o.clip_norm = number(j, "clip_norm");
+  o.label_smoothing = number(j, "label_smoothing");
+  o.seed = integer<uint64_t>(j, "seed");
+  o.threads = integer<int>(j, "threads");
+  o.valid_size = integer<int64_t>(j, "valid_size");
+  o.eval_every = integer<int64_t>(j, "eval_every");
+  o.log_every = integer<int64_t>(j, "log_every");
+  o.save_every = integer<int64_t>(j, "save_every");
+  o.decode_max_len = integer<int64_t>(j, "decode_max_len");
   return o;
 }
 

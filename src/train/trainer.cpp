@@ -184,6 +184,8 @@ Session make_session(const TrainOptions& requested) {
       longest = std::max(longest, longest_target(s.train_examples));
     o.decode_max_len = longest + 8;
   }
+  // The model's size is checked before anything is written or allocated, naming the option.
+  if (!resumed) models::check_config(o.model);
   // The run directory is locked (and a checkpoint in it refused) before the model is built.
   if (!o.out_dir.empty())
     s.run_dir = std::make_shared<RunDirectory>(

@@ -366,6 +366,14 @@ TEST_CASE("safetensors: each validation rule refuses with the path and what is w
        raw_file("{\"a\":" + std::string(50, '[') + std::string(50, ']') + "}"),
        {"nested deeper"}},
       {"empty tensor name", raw_file("{\"\":" + F4x4 + "}", std::string(16, 'x')), {"empty name"}},
+      {"byte order mark", raw_file("\xEF\xBB\xBF{}"), {"byte order mark", "file bytes 8..11"}},
+      {"NUL padding",
+       raw_file(std::string("{}") + std::string(6, '\0')),
+       {"NUL byte at file byte 10", "header byte 2"}},
+      {"NUL inside", raw_file(std::string("{}\0 ", 4)), {"NUL byte at file byte 10"}},
+      {"offset beyond 63 bits",
+       raw_file("{\"w\":" + entry("F32", "[0]", 9223372036854775808ull, 9223372036854775808ull) + "}"),
+       {"data_offsets entry 9223372036854775808 does not fit in 63 bits"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.label);

@@ -154,8 +154,87 @@ TEST_CASE("model config JSON round-trips and is validated", "[models]") {
   CHECK(back.to_json() == c.to_json());
   c.heads = 3;
   c.kind = models::ModelKind::transformer;
-  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::Contains("divisible by heads"));
+  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::Contains("--d-model 32: not divisible by --heads 3"));
   CHECK_THROWS_WITH(models::ModelConfig::from_json("{\"model\": \"transformer\"}"), Catch::Contains("model config"));
+}
+
+TEST_CASE("parameter_count in closed form equals the built model's, for every kind and option",
+          "[models][sizes]") {
+  using models::ModelKind;
+  struct Row {
+    ModelKind kind;
+    nn::PositionalKind positional;
+    bool norm_first;
+    nn::Activation activation;
+    nn::CellKind cell;
+    nn::AttentionScore score;
+    int64_t layers;
+  };
+  const auto P = nn::PositionalKind::sinusoidal, L = nn::PositionalKind::learned,
+             N = nn::PositionalKind::none;
+  const auto relu = nn::Activation::relu, gelu = nn::Activation::gelu;
+  const auto gru = nn::CellKind::gru, lstm = nn::CellKind::lstm, elman = nn::CellKind::elman;
+  const auto add = nn::AttentionScore::additive, dot = nn::AttentionScore::dot;
+  const Row rows[] = {
+      {ModelKind::transformer, P, false, relu, gru, add, 1},
+      {ModelKind::transformer, L, false, relu, gru, add, 2},
+      {ModelKind::transformer, N, true, gelu, gru, add, 3},
+      {ModelKind::transformer, L, true, relu, gru, add, 1},
+      {ModelKind::attention_rnn, P, false, relu, gru, add, 2},
+      {ModelKind::attention_rnn, P, false, relu, lstm, dot, 1},
+      {ModelKind::attention_rnn, P, false, relu, elman, add, 3},
+      {ModelKind::rnn, P, false, relu, elman, add, 1},
+      {ModelKind::rnn, P, false, relu, gru, add, 2},
+      {ModelKind::rnn, P, false, relu, lstm, add, 3},
+  };
+  for (const Row& r : rows) {
+    models::ModelConfig c = tiny(r.kind, 23);
+    c.positional = r.positional, c.norm_first = r.norm_first, c.activation = r.activation;
+    c.cell = r.cell, c.score = r.score, c.layers = r.layers;
+    c.d_model = 24, c.d_ff = 40, c.hidden = 36, c.max_len = 50;
+    CAPTURE(c.to_json());
+    const auto model = models::make_model(c, 1);
+    CHECK(models::parameter_count(c) == model->parameter_count());
+    CHECK(models::parameter_bytes(c) == 4 * model->parameter_count());
+    CHECK(models::buffer_bytes(c) ==
+          (r.kind == ModelKind::transformer && r.positional == P ? 2 * 50 * 24 * 12 : 0));
+  }
+}
+
+TEST_CASE("configs too large for 64 bits or for the machine are refused before anything is built",
+          "[models][sizes]") {
+  models::ModelConfig c = tiny(models::ModelKind::transformer, 40);
+  c.d_ff = int64_t(1) << 62;  // d_model x d_ff overflows
+  CHECK_THROWS_WITH(models::check_config(c), Catch::StartsWith("--d-ff 4611686018427387904: ") &&
+                                                 Catch::Contains("overflows 64 bits"));
+  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::StartsWith("--d-ff 4611686018427387904: "));
+  CHECK_THROWS_WITH(models::parameter_count(c, models::ConfigNames::json),
+                    Catch::StartsWith("d_ff 4611686018427387904: "));
+  c = tiny(models::ModelKind::transformer, 40);
+  c.d_model = int64_t(2305843009213693952), c.heads = 1;
+  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::StartsWith("--d-model 2305843009213693952: "));
+  c = tiny(models::ModelKind::transformer, 40);
+  c.d_model = 1000000, c.heads = 1;  // fits in 64 bits, not in memory
+  CHECK_THROWS_AS(models::check_config(c), OutOfMemory);
+  CHECK_THROWS_WITH(models::check_config(c), Catch::StartsWith("--d-model 1000000: the model would need ") &&
+                                                 Catch::Contains("TB of parameters") &&
+                                                 Catch::Contains("this machine can hold"));
+  c = tiny(models::ModelKind::transformer, 40);
+  c.layers = 1000000000;
+  CHECK_THROWS_WITH(models::make_model(c, 1),
+                    Catch::StartsWith("--layers 1000000000: the model would need "));
+  c = tiny(models::ModelKind::rnn, 40);
+  c.hidden = int64_t(1) << 40;
+  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::StartsWith("--hidden 1099511627776: "));
+  c = tiny(models::ModelKind::transformer, 40);
+  c.max_len = int64_t(1) << 62;
+  CHECK_THROWS_WITH(models::make_model(c, 1),
+                    Catch::StartsWith("max_len 4611686018427387904: at most 1048576"));
+  c.max_len = 0;
+  CHECK_THROWS_WITH(models::make_model(c, 1), Catch::StartsWith("max_len 0: must be positive"));
+  c = tiny(models::ModelKind::transformer, 40);
+  c.layers = -3;
+  CHECK_THROWS_WITH(models::check_config(c), Catch::StartsWith("--layers -3: must be positive"));
 }
 
 TEST_CASE("checkpoints round-trip bit-exactly and refuse damaged files", "[models][io]") {

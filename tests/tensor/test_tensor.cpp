@@ -1,6 +1,14 @@
 // Tensor: creation, views, copies, printing, the generator and the caching allocator.
-#include <catch2/catch.hpp>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+
+#include "tapegrad/checked.hpp"
+#include "tapegrad/memory.hpp"
 #include "tapegrad/tapegrad.hpp"
 
 using namespace tapegrad;
@@ -87,4 +95,91 @@ TEST_CASE("bad shapes and dtypes give errors naming the op", "[tensor][errors]")
   CHECK_THROWS_WITH(a.size(2), Catch::Contains("axis 2") && Catch::Contains("[2,3]"));
   CHECK_THROWS_WITH(reshape(a, {4, 2}), Catch::Contains("reshape") && Catch::Contains("[2,3]") && Catch::Contains("[4,2]"));
   CHECK_THROWS_WITH(Tensor::from_ids({1}, {1}).requires_grad_(), Catch::Contains("integer"));
+}
+
+TEST_CASE("sizes are overflow-checked and named", "[tensor][errors][sizes]") {
+  CHECK(checked_mul(3, 4, "x") == 12);
+  CHECK(checked_add(3, 4, "x") == 7);
+  CHECK_THROWS_WITH(checked_mul(int64_t(1) << 62, 4, "table max_len x d_model"),
+                    Catch::Contains("table max_len x d_model") && Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(checked_add(INT64_MAX, 1, "offset"),
+                    Catch::Contains("offset") && Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(checked_mul(-2, 4, "rows"), Catch::Contains("rows") && Catch::Contains("negative"));
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1536) == "1.5 KB");
+  CHECK(format_bytes(56.0 * 1024 * 1024 * 1024) == "56.0 GB");
+  // The element count of a shape whose product wraps around is refused, not a negative number.
+  CHECK_THROWS_AS(Shape({int64_t(1) << 62, 8}).numel(), ShapeError);
+  CHECK_THROWS_WITH(Shape({int64_t(1) << 62, 8}).numel(), Catch::Contains("[4611686018427387904,8]"));
+  CHECK_THROWS_WITH(Tensor::empty({int64_t(1) << 62, 8}), Catch::Contains("[4611686018427387904,8]"));
+  CHECK_THROWS_WITH(Tensor::empty({3, -4}), Catch::Contains("[3,-4]") && Catch::Contains("dimension 1") &&
+                                                Catch::Contains("negative"));
+}
+
+TEST_CASE("a tensor larger than the machine is OutOfMemory naming bytes and shape",
+          "[tensor][memory][sizes]") {
+  // 2^40 x 2^12 float32 = 16 PB: refused before the attempt, never std::bad_alloc.
+  const Shape huge{int64_t(1) << 40, int64_t(1) << 12};
+  CHECK_THROWS_AS(Tensor::zeros(huge), OutOfMemory);
+  CHECK_THROWS_WITH(Tensor::zeros(huge), Catch::Contains("out of memory: cannot allocate 16.0 PB") &&
+                                             Catch::Contains("[1099511627776,4096]"));
+  // Within 2^63 bytes but beyond the element size: the byte count overflows.
+  CHECK_THROWS_AS(Tensor::empty({int64_t(1) << 61, 2}, DType::f64), OutOfMemory);
+  CHECK(memory::machine_limit_bytes() > (int64_t(1) << 26));
+}
+
+TEST_CASE("returning a block to the allocator cannot throw or allocate", "[tensor][memory]") {
+  static_assert(noexcept(memory::release(nullptr, 0)));
+  // Blocks of many distinct size classes come back to free lists of their own and are reused.
+  std::vector<Tensor> ts;
+  for (int64_t n = 1; n < 4096; n = n * 5 / 4 + 1) ts.push_back(Tensor::empty({n}));
+  const auto before = memory::stats();
+  std::vector<std::pair<int64_t, const void*>> freed;
+  for (const Tensor& t : ts) freed.emplace_back(t.numel(), t.data<float>());
+  for (Tensor& t : ts) t = Tensor();  // freed first to last
+  ts.clear();
+  const auto cached = memory::stats();
+  CHECK(cached.bytes_in_use < before.bytes_in_use);
+  CHECK(cached.bytes_cached > before.bytes_cached);
+  for (auto it = freed.rbegin(); it != freed.rend(); ++it) {
+    // Last freed, first reused: each request of the same class gets its block back.
+    Tensor again = Tensor::empty({it->first});
+    CHECK(static_cast<const void*>(again.data<float>()) == it->second);
+    ts.push_back(again);
+  }
+  CHECK(memory::stats().os_allocations == before.os_allocations);
+}
+
+TEST_CASE("running out of address space mid-way is OutOfMemory, and unwinding frees cleanly",
+          "[tensor][memory]") {
+  // In a child process with `ulimit -v` just above its current size: tensors are allocated until the
+  // OS refuses, the exception unwinds through every ~Storage, and the child reports what it caught.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    long vm_pages = 0;
+    std::ifstream("/proc/self/statm") >> vm_pages;
+    rlimit limit{};
+    ::getrlimit(RLIMIT_AS, &limit);
+    limit.rlim_cur = rlim_t(vm_pages) * rlim_t(::sysconf(_SC_PAGE_SIZE)) + (rlim_t(256) << 20);
+    ::setrlimit(RLIMIT_AS, &limit);
+    int code = 3;  // nothing thrown
+    try {
+      std::vector<Tensor> held;
+      held.reserve(1000);
+      for (int i = 0; i < 1000; ++i) held.push_back(Tensor::empty({int64_t(1) << 20}));  // 4 MB each
+    } catch (const OutOfMemory& e) {
+      code = std::string(e.what()).find(
+                 "out of memory: cannot allocate 4.0 MB for a tensor of shape [1048576]") == 0
+                 ? 0
+                 : 5;
+    } catch (...) {
+      code = 4;  // std::bad_alloc or another non-tapegrad error
+    }
+    std::_Exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));  // not killed by std::terminate's abort
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -13,6 +13,8 @@
 // Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2; a training run
 // stopped by a non-finite loss or gradient exits 3.
 #include <cstdio>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "cli.hpp"
@@ -45,13 +47,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tapegrad: %s\n", e.what());
     return 2;
   }
+  const char* running = "";
   try {
     for (const auto& [sub, run] : commands)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) {
+        running = sub->get_name().c_str();
+        return run();
+      }
   } catch (const tapegrad::NonFiniteError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tapegrad: %s\n", e.what());
     return 3;
+  } catch (const std::bad_alloc&) {
+    // Tensor storage reports its own OutOfMemory with the bytes; this is any other allocation.
+    std::fflush(stdout);
+    std::fprintf(
+        stderr,
+        "tapegrad %s: out of memory (an allocation outside tensor storage failed; try smaller sizes)\n",
+        running);
+    return 2;
+  } catch (const std::length_error& e) {  // a container asked for more than max_size(): a size out of range
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad %s: a size is too large to allocate (%s)\n", running, e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tapegrad: %s\n", e.what());

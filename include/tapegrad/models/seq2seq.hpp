@@ -24,6 +24,14 @@ enum class ModelKind { rnn, attention_rnn, transformer };
 const char* model_name(ModelKind k);
 ModelKind parse_model(const std::string& name);  // "rnn" | "attention-rnn" | "transformer"
 
+// How messages name a config's fields: as CLI options ("--d-model 0: ...") or as the fields of the
+// config JSON stored in checkpoints ("d_model 0: ...").
+enum class ConfigNames { cli, json };
+
+// Longest sequence a model may be configured for (max_len): far beyond any real use, small enough
+// that position tables of any sane width fit in memory.
+inline constexpr int64_t kMaxPositions = int64_t(1) << 20;
+
 struct ModelConfig {
   ModelKind kind = ModelKind::transformer;
   int64_t vocab_size = 0;
@@ -43,10 +51,26 @@ struct ModelConfig {
   nn::AttentionScore score = nn::AttentionScore::additive;
 
   std::string to_json() const;
-  // Validates every field; throws Error naming the bad one.
+  // Parses and validate()s; throws Error naming the bad field.
   static ModelConfig from_json(const std::string& json);
-  void validate() const;
+  // The rules every config obeys, without building anything: sizes positive, d_model divisible by
+  // heads (transformer), dropout in [0, 1), max_len at most kMaxPositions. Throws Error naming the
+  // field as `names` says.
+  void validate(ConfigNames names = ConfigNames::json) const;
 };
+
+// Parameters of make_model(config), in closed form (nothing is allocated); validates first. Throws
+// Error naming the field that makes the count overflow 64 bits.
+int64_t parameter_count(const ModelConfig& config, ConfigNames names = ConfigNames::cli);
+// parameter_count x 4 (parameters are float32).
+int64_t parameter_bytes(const ModelConfig& config, ConfigNames names = ConfigNames::cli);
+// Peak bytes of the constant tensors make_model builds besides parameters (sinusoidal position tables).
+int64_t buffer_bytes(const ModelConfig& config, ConfigNames names = ConfigNames::cli);
+// validate(), then refuses a model whose parameters and tables exceed what this machine can hold
+// (memory::machine_limit_bytes: physical memory or ulimit -v), with OutOfMemory naming the field
+// that makes it large: "--d-model 1000000000: the model would need 56.0 GB of parameters, more than
+// the 15.6 GB this machine can hold". make_model calls it; call it earlier to refuse before other work.
+void check_config(const ModelConfig& config, ConfigNames names = ConfigNames::cli);
 
 class Seq2Seq : public nn::Module {
  public:
