@@ -15,7 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
@@ -306,8 +306,8 @@ Report positional(const Options& opts, const Callbacks& cb) {
 // ---- parallelism -----------------------------------------------------------------------------------
 // Restores the kernel thread count on exit.
 struct ThreadsGuard {
-  int saved = kernels::num_threads();
-  ~ThreadsGuard() { kernels::set_num_threads(saved); }
+  int saved = runtime::num_threads();
+  ~ThreadsGuard() { runtime::set_num_threads(saved); }
 };
 
 Report parallelism(const Options& opts, const Callbacks& cb) {
@@ -356,7 +356,7 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
         o.threads = t;
         o.valid_size = 0;
         train::Session s = train::make_session(o);
-        kernels::set_num_threads(t);
+        runtime::set_num_threads(t);
         const data::Batch b = s.batch_for_step(1);
         const std::string what = std::string(models::model_name(config.kind)) + " length " + std::to_string(len) +
                                  ", " + std::to_string(t) + " thread" + (t > 1 ? "s" : "");

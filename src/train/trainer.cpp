@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/ops.hpp"
@@ -94,7 +94,8 @@ Session make_session(const TrainOptions& requested) {
     o = saved;
     resume_step = resumed->step;
   }
-  if (o.threads > 0) kernels::set_num_threads(o.threads);
+  // TODO(lead): the thread count is set here as a side effect; the command line should set it instead.
+  if (o.threads > 0) runtime::set_num_threads(o.threads);
   if (o.batch_size <= 0) throw Error("train: batch size must be positive, got " + std::to_string(o.batch_size));
   if (o.steps < 0) throw Error("train: steps must be non-negative, got " + std::to_string(o.steps));
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli.hpp"
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
 
@@ -97,8 +97,8 @@ Runner add_train(CLI::App& app) {
     o.tokenization = data::parse_tokenization(a->tokens);
     train::Session s = train::make_session(o);
     std::printf("training %s\n", s.describe().c_str());
-    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", kernels::num_threads(),
-                kernels::isa_name(kernels::active_isa()), (long long)s.options.steps,
+    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
+                runtime::active_isa().c_str(), (long long)s.options.steps,
                 (long long)s.options.batch_size,
                 s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
     std::fflush(stdout);
@@ -178,7 +178,7 @@ Runner add_eval(CLI::App& app) {
   sub->add_option("--max-output", a->max_len, "Longest output to decode (default: longest target + 8)");
   sub->add_option("--threads", a->threads, "Kernel threads");
   return [a, mn, mx] {
-    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     data::TaskOptions opts = m.options.task_options;
     if (mn->count()) opts.min_len = a->task_options.min_len;
@@ -221,7 +221,7 @@ Runner add_translate(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Kernel threads");
   sub->add_option("inputs", a->inputs, "Source lines (default: read stdin)");
   return [a] {
-    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    if (a->threads > 0) runtime::set_num_threads(a->threads);
     if (a->beam < 1) throw Error("translate: --beam must be at least 1");
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     const data::Tokenization tok = m.options.tokenization;
