@@ -140,6 +140,25 @@ TG_KERNEL(void, additive_score_backward,
           (B, S, A, keys, query, v, dscores, dkeys, dquery, dv))
 
 // ---------------------------------------------------------------------------------------------
+// GRU cell gates, fused. xp and hp [B, 3H] are the input and hidden projections in r | z | n blocks,
+// their rows x_stride and h_stride apart; h [B, H] is contiguous. Writes, all contiguous:
+//   rz = sigmoid(xp[:, :2H] + hp[:, :2H])   [B, 2H]: r | z, kept for backward
+//   n  = tanh(xp_n + r * hp_n)              [B, H], kept for backward
+//   y  = (1 - z) n + z h, computed as n + z (h - n)   [B, H]
+TG_KERNEL(void, gru_cell,
+          (int64_t B, int64_t H, const T* xp, int64_t x_stride, const T* hp, int64_t h_stride, const T* h,
+           T* rz, T* n, T* y),
+          (B, H, xp, x_stride, hp, h_stride, h, rz, n, y))
+// Its backward for dy [B, H] from the saved rz and n (hp as forward; dxp, dhp [B, 3H] and dh [B, H]
+// contiguous, each written or added to as its GradOutput says, or skipped when null):
+//   dxp_n = dy (1 - z) (1 - n^2);  dhp_n = dxp_n r;  dxp_r = dhp_r = dxp_n hp_n r (1 - r);
+//   dxp_z = dhp_z = dy (h - n) z (1 - z);  dh = dy z.
+TG_KERNEL(void, gru_cell_backward,
+          (int64_t B, int64_t H, const T* rz, const T* n, const T* hp, int64_t h_stride, const T* h,
+           const T* dy, GradOutput<T> dxp, GradOutput<T> dhp, GradOutput<T> dh),
+          (B, H, rz, n, hp, h_stride, h, dy, dxp, dhp, dh))
+
+// ---------------------------------------------------------------------------------------------
 // Optimizer updates (in place).
 
 TG_KERNEL(void, adam_update, (int64_t n, T* param, const T* grad, T* m, T* v, const AdamParams& p),

@@ -31,6 +31,15 @@ struct AdamParams {
   int64_t step;  // 1-based, for bias correction
 };
 
+// A gradient output of a backward kernel that can write as well as add: data null means the
+// gradient is not wanted; overwrite means the buffer holds no earlier gradient, so the kernel writes
+// it instead of adding to it (and need not have it zeroed first).
+template <class T>
+struct GradOutput {
+  T* data = nullptr;
+  bool overwrite = false;
+};
+
 // op(B) (K x N) packed once for many GEMMs that share it (kernels::pack_b).
 template <class T>
 struct PackedB {

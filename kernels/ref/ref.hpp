@@ -441,6 +441,53 @@ void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, con
 }
 
 // ----------------------------------------------------------------------------------------------
+// GRU cell
+
+template <class T>
+void gru_cell(int64_t B, int64_t H, const T* xp, int64_t xs, const T* hp, int64_t hs, const T* h, T* rz, T* n, T* y) {
+  for (int64_t b = 0; b < B; ++b) {
+    const T *x = xp + b * xs, *p = hp + b * hs, *hb = h + b * H;
+    T *g = rz + b * 2 * H, *nb = n + b * H;
+    for (int64_t i = 0; i < 2 * H; ++i) g[i] = unary_one(Unary::sigmoid, T(x[i] + p[i]));  // r | z
+    for (int64_t i = 0; i < H; ++i) nb[i] = std::tanh(T(x[2 * H + i] + g[i] * p[2 * H + i]));
+    for (int64_t i = 0; i < H; ++i) y[b * H + i] = nb[i] + g[H + i] * (hb[i] - nb[i]);  // (1 - z) n + z h
+  }
+}
+
+// dst (+)= v as the gradient output says.
+template <class T>
+void put_grad(const GradOutput<T>& g, int64_t i, T v) {
+  if (g.overwrite)
+    g.data[i] = v;
+  else
+    g.data[i] += v;
+}
+
+template <class T>
+void gru_cell_backward(int64_t B, int64_t H, const T* rz, const T* n, const T* hp, int64_t hs, const T* h, const T* dy,
+                       GradOutput<T> dxp, GradOutput<T> dhp, GradOutput<T> dh) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < H; ++i) {
+      const T d = dy[b * H + i], r = rz[b * 2 * H + i], z = rz[b * 2 * H + H + i], nv = n[b * H + i];
+      const T da_n = d * (T(1) - z) * (T(1) - nv * nv);
+      const T da_r = da_n * hp[b * hs + 2 * H + i] * r * (T(1) - r);
+      const T da_z = d * (h[b * H + i] - nv) * z * (T(1) - z);
+      const int64_t row = b * 3 * H;
+      if (dxp.data) {
+        put_grad(dxp, row + i, da_r);
+        put_grad(dxp, row + H + i, da_z);
+        put_grad(dxp, row + 2 * H + i, da_n);
+      }
+      if (dhp.data) {
+        put_grad(dhp, row + i, da_r);
+        put_grad(dhp, row + H + i, da_z);
+        put_grad(dhp, row + 2 * H + i, da_n * r);
+      }
+      if (dh.data) put_grad(dh, b * H + i, d * z);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
 // Optimizer
 
 template <class T>

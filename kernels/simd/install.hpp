@@ -15,6 +15,7 @@
 //   indexing.hpp     embedding gather / scatter-add
 //   optim.hpp        Adam / AdamW
 //   attention.hpp    additive attention scores and their backward
+//   gru.hpp          GRU cell gates and their backward
 #pragma once
 
 #include <type_traits>
@@ -22,6 +23,7 @@
 #include "kernels/simd/attention.hpp"
 #include "kernels/simd/elementwise.hpp"
 #include "kernels/simd/gemm.hpp"
+#include "kernels/simd/gru.hpp"
 #include "kernels/simd/indexing.hpp"
 #include "kernels/simd/norm.hpp"
 #include "kernels/simd/optim.hpp"
