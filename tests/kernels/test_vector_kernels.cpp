@@ -21,6 +21,8 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/ref/ref.hpp"
+#include "tapegrad/error.hpp"
+#include "tapegrad/runtime.hpp"
 
 namespace k = tapegrad::kernels;
 namespace ref = tapegrad::kernels::ref;
@@ -906,6 +908,39 @@ TEST_CASE("gru_cell forward and backward match the reference", "[kernels][gru]")
     check_equal(dxp_fresh, dxp_fresh_want, "dxp (overwritten)");
     check_equal(dh_fresh, dh_fresh_want, "dh (overwritten)");
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The public run-time settings (include/tapegrad/runtime.hpp) drive the kernels' own.
+
+TEST_CASE("tapegrad::runtime sets and reports the kernels' threads and instruction set",
+          "[kernels][runtime]") {
+  namespace rt = tapegrad::runtime;
+  Config restore(k::active_isa(), k::num_threads());
+  rt::set_num_threads(1);
+  CHECK(k::num_threads() == 1);
+  rt::set_num_threads(2);
+  CHECK(rt::num_threads() == 2);
+  CHECK(k::num_threads() == 2);
+  CHECK_THROWS_AS(rt::set_num_threads(0), tapegrad::Error);
+  CHECK(rt::num_threads() == 2);
+
+  const auto names = rt::available_isas();
+  REQUIRE(names.size() == k::available_isas().size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    CHECK(names[i] == k::isa_name(k::available_isas()[i]));
+    rt::set_isa(names[i]);
+    CHECK(k::active_isa() == k::available_isas()[i]);
+    CHECK(rt::active_isa() == names[i]);
+  }
+  CHECK_THROWS_AS(rt::set_isa("avx3"), tapegrad::Error);
+  if (names.back() != "avx512") CHECK_THROWS_AS(rt::set_isa("avx512"), tapegrad::Error);
+  CHECK(rt::active_isa() == names.back());  // a refused switch leaves the choice alone
+
+  const auto c = rt::cache_sizes();
+  CHECK(c.l1d == k::cache_info().l1d);
+  CHECK(c.l2 == k::cache_info().l2);
+  CHECK(c.l3 == k::cache_info().l3);
 }
 
 // ---------------------------------------------------------------------------------------------
