@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/nd_index.hpp"
 
 namespace tapegrad::kernels::ref {
 
@@ -133,74 +134,45 @@ T binary_partial(Binary op, int which, T a, T b) {
   return T(0);
 }
 
-// Visits every index of an nd space in row-major order, calling f(linear, offset_a, offset_b).
-template <class F>
-void for_each_index2(int ndim, const int64_t* shape, const int64_t* sa, const int64_t* sb, F&& f) {
-  int64_t total = 1;
-  for (int d = 0; d < ndim; ++d) total *= shape[d];
-  if (total == 0) return;
-  int64_t idx[8] = {0};
-  int64_t oa = 0, ob = 0;
-  for (int64_t i = 0; i < total; ++i) {
-    f(i, oa, ob);
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) {
-        oa += sa[d];
-        ob += sb[d];
-        break;
-      }
-      oa -= sa[d] * (shape[d] - 1);
-      ob -= sb[d] * (shape[d] - 1);
-      idx[d] = 0;
-    }
-  }
-}
+// The strided kernels visit every index of their nd space in row-major order (kernels/nd_index.hpp);
+// o[k] is operand k's offset at index i.
 
 template <class T>
 void binary(Binary op, int ndim, const int64_t* shape, const T* a, const int64_t* sa, const T* b,
             const int64_t* sb, T* y) {
-  for_each_index2(ndim, shape, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) { y[i] = binary_one(op, a[oa], b[ob]); });
+  const int64_t* st[] = {sa, sb};
+  nd::for_each_index(ndim, shape, 2, st, [&](int64_t i, const int64_t* o) { y[i] = binary_one(op, a[o[0]], b[o[1]]); });
 }
 
 template <class T>
 void binary_backward(Binary op, int which, int ndim, const int64_t* shape, const T* a, const int64_t* sa,
                      const T* b, const int64_t* sb, const T* dy, T* g) {
-  for_each_index2(ndim, shape, sa, sb,
-                  [&](int64_t i, int64_t oa, int64_t ob) { g[i] = dy[i] * binary_partial(op, which, a[oa], b[ob]); });
+  const int64_t* st[] = {sa, sb};
+  nd::for_each_index(ndim, shape, 2, st,
+                     [&](int64_t i, const int64_t* o) { g[i] = dy[i] * binary_partial(op, which, a[o[0]], b[o[1]]); });
 }
 
 template <class T>
 void sum_to(int ndim, const int64_t* shape, const T* x, const int64_t* out_strides, T* out) {
-  for_each_index2(ndim, shape, out_strides, out_strides, [&](int64_t i, int64_t o, int64_t) { out[o] += x[i]; });
+  nd::for_each_index(ndim, shape, 1, &out_strides, [&](int64_t i, const int64_t* o) { out[o[0]] += x[i]; });
 }
 
 template <class T>
 void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* xs, T* y) {
-  for_each_index2(ndim, shape, xs, xs, [&](int64_t i, int64_t o, int64_t) { y[i] = x[o]; });
+  nd::for_each_index(ndim, shape, 1, &xs, [&](int64_t i, const int64_t* o) { y[i] = x[o[0]]; });
 }
 
 template <class T>
 void where(int ndim, const int64_t* shape, const T* cond, const int64_t* cs, const T* a, const int64_t* as,
            const T* b, const int64_t* bs, T* y) {
-  // Visit (a, b) offsets with the shared walker, and cond's offset with a second one in lockstep.
-  int64_t idx[8] = {0};
-  int64_t oc = 0;
-  for_each_index2(ndim, shape, as, bs, [&](int64_t i, int64_t oa, int64_t ob) {
-    y[i] = cond[oc] != T(0) ? a[oa] : b[ob];
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) {
-        oc += cs[d];
-        break;
-      }
-      oc -= cs[d] * (shape[d] - 1);
-      idx[d] = 0;
-    }
-  });
+  const int64_t* st[] = {cs, as, bs};
+  nd::for_each_index(ndim, shape, 3, st,
+                     [&](int64_t i, const int64_t* o) { y[i] = cond[o[0]] != T(0) ? a[o[1]] : b[o[2]]; });
 }
 
 template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
-  for_each_index2(ndim, shape, dxs, dxs, [&](int64_t i, int64_t o, int64_t) { dx[o] += dy[i]; });
+  nd::for_each_index(ndim, shape, 1, &dxs, [&](int64_t i, const int64_t* o) { dx[o[0]] += dy[i]; });
 }
 
 template <class T>
@@ -437,6 +409,53 @@ void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, con
         if (dquery) dquery[b * A + a] += g;
         if (dv) dv[a] += ds * t;
       }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// GRU cell
+
+template <class T>
+void gru_cell(int64_t B, int64_t H, const T* xp, int64_t xs, const T* hp, int64_t hs, const T* h, T* rz, T* n, T* y) {
+  for (int64_t b = 0; b < B; ++b) {
+    const T *x = xp + b * xs, *p = hp + b * hs, *hb = h + b * H;
+    T *g = rz + b * 2 * H, *nb = n + b * H;
+    for (int64_t i = 0; i < 2 * H; ++i) g[i] = unary_one(Unary::sigmoid, T(x[i] + p[i]));  // r | z
+    for (int64_t i = 0; i < H; ++i) nb[i] = std::tanh(T(x[2 * H + i] + g[i] * p[2 * H + i]));
+    for (int64_t i = 0; i < H; ++i) y[b * H + i] = nb[i] + g[H + i] * (hb[i] - nb[i]);  // (1 - z) n + z h
+  }
+}
+
+// dst (+)= v as the gradient output says.
+template <class T>
+void put_grad(const GradOutput<T>& g, int64_t i, T v) {
+  if (g.overwrite)
+    g.data[i] = v;
+  else
+    g.data[i] += v;
+}
+
+template <class T>
+void gru_cell_backward(int64_t B, int64_t H, const T* rz, const T* n, const T* hp, int64_t hs, const T* h, const T* dy,
+                       GradOutput<T> dxp, GradOutput<T> dhp, GradOutput<T> dh) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < H; ++i) {
+      const T d = dy[b * H + i], r = rz[b * 2 * H + i], z = rz[b * 2 * H + H + i], nv = n[b * H + i];
+      const T da_n = d * (T(1) - z) * (T(1) - nv * nv);
+      const T da_r = da_n * hp[b * hs + 2 * H + i] * r * (T(1) - r);
+      const T da_z = d * (h[b * H + i] - nv) * z * (T(1) - z);
+      const int64_t row = b * 3 * H;
+      if (dxp.data) {
+        put_grad(dxp, row + i, da_r);
+        put_grad(dxp, row + H + i, da_z);
+        put_grad(dxp, row + 2 * H + i, da_n);
+      }
+      if (dhp.data) {
+        put_grad(dhp, row + i, da_r);
+        put_grad(dhp, row + H + i, da_z);
+        put_grad(dhp, row + 2 * H + i, da_n * r);
+      }
+      if (dh.data) put_grad(dh, b * H + i, d * z);
     }
 }
 

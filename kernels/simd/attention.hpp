@@ -105,6 +105,10 @@ void additive_score_backward_f32(int64_t nb, int64_t ns, int64_t na, const float
     for (int64_t a = 0; a < na; ++a) dv[a] += dv_rows.p[b * na + a];
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(additive_score, additive_score_f32)
+TG_SIMD_KERNEL(additive_score_backward, additive_score_backward_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

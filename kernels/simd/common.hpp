@@ -7,10 +7,12 @@
 // then run on the SSE2 path. Internal linkage keeps each ISA's code to itself. No kernels live here.
 #pragma once
 
+#include <immintrin.h>  // the AVX-512 masks and reductions below, whatever the TU's flags
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -47,6 +49,16 @@ template <class Arch>
 using IBatch = xsimd::batch<int32_t, Arch>;
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The SIMD version of kernel-list row `id` (kernels/kernel_list.hpp) on Arch: none unless the
+// kernel's header registers one with TG_SIMD_KERNEL(row name, function template) after defining it.
+// kernels/simd/install.hpp puts every registered version into the float table; an unregistered row
+// keeps the scalar reference. The function's type must be the row's, or the install does not compile.
+template <KernelId id, class Arch>
+inline constexpr std::nullptr_t simd_kernel = nullptr;
+#define TG_SIMD_KERNEL(name, function) \
+  template <class Arch>                \
+  inline constexpr auto simd_kernel<KernelId::name, Arch> = &function<Arch>;
 
 // Elements a kernel must touch before it forks the OpenMP team. A fork/join of two threads costs
 // 2.9 us on this VM (best case, measured), about the time one core takes to stream 128 KiB, so below

@@ -362,6 +362,13 @@ void binary_backward_f32(Binary op, int which, int ndim, const int64_t* shape, c
   }
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(unary, unary_f32)
+TG_SIMD_KERNEL(unary_backward, unary_backward_f32)
+TG_SIMD_KERNEL(affine, affine_f32)
+TG_SIMD_KERNEL(binary, binary_f32)
+TG_SIMD_KERNEL(binary_backward, binary_backward_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

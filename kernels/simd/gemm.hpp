@@ -65,18 +65,13 @@ void gemm_packed_b_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T al
                                          packed);
 }
 
-template <class Arch>
-void install_gemm(KernelTable& t) {
-  t.gemm_f32 = gemm_entry<Arch, float>;
-  t.gemm_f64 = gemm_entry<Arch, double>;
-  t.gemm_batched_f32 = gemm_batched_entry<Arch, float>;
-  t.gemm_batched_f64 = gemm_batched_entry<Arch, double>;
-  t.packed_b_size_f32 = packed_b_size<Arch, float>;
-  t.packed_b_size_f64 = packed_b_size<Arch, double>;
-  t.pack_b_f32 = pack_b_entry<Arch, float>;
-  t.pack_b_f64 = pack_b_entry<Arch, double>;
-  t.gemm_packed_b_f32 = gemm_packed_b_entry<Arch, float>;
-  t.gemm_packed_b_f64 = gemm_packed_b_entry<Arch, double>;
+template <class Arch, class T>
+void install_gemm(KernelTable<T>& t) {
+  t.gemm = gemm_entry<Arch, T>;
+  t.gemm_batched = gemm_batched_entry<Arch, T>;
+  t.packed_b_size = packed_b_size<Arch, T>;
+  t.pack_b = pack_b_entry<Arch, T>;
+  t.gemm_packed_b = gemm_packed_b_entry<Arch, T>;
 }
 
 }  // namespace tapegrad::kernels::simd

@@ -52,6 +52,10 @@ void embedding_backward_f32(int64_t n, int64_t dim, const int32_t* ids, const fl
   });
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(embedding, embedding_f32)
+TG_SIMD_KERNEL(embedding_backward, embedding_backward_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

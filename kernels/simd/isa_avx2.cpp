@@ -2,18 +2,12 @@
 // kernels/meson.build) and reached only through the dispatch table when the CPU supports it.
 #include <xsimd/xsimd.hpp>
 
-#include "kernels/simd/gemm.hpp"
-#include "kernels/simd/vector.hpp"
+#include "kernels/simd/install.hpp"
 
 namespace tapegrad::kernels {
 
-KernelTable simd_table_avx2() {
-  using Arch = xsimd::fma3<xsimd::avx2>;
-  KernelTable t;
-  t.isa = Isa::avx2;
-  simd::install_gemm<Arch>(t);
-  simd::install_vector_kernels<Arch>(t);
-  return t;
+void install_avx2(KernelTable<float>& f32, KernelTable<double>& f64) {
+  simd::install<xsimd::fma3<xsimd::avx2>>(f32, f64);
 }
 
 }  // namespace tapegrad::kernels

@@ -2,18 +2,12 @@
 // kernels/meson.build) and reached only through the dispatch table when the CPU supports it.
 #include <xsimd/xsimd.hpp>
 
-#include "kernels/simd/gemm.hpp"
-#include "kernels/simd/vector.hpp"
+#include "kernels/simd/install.hpp"
 
 namespace tapegrad::kernels {
 
-KernelTable simd_table_avx512() {
-  using Arch = xsimd::avx512bw;
-  KernelTable t;
-  t.isa = Isa::avx512;
-  simd::install_gemm<Arch>(t);
-  simd::install_vector_kernels<Arch>(t);
-  return t;
+void install_avx512(KernelTable<float>& f32, KernelTable<double>& f64) {
+  simd::install<xsimd::avx512bw>(f32, f64);
 }
 
 }  // namespace tapegrad::kernels

@@ -284,6 +284,10 @@ void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const f
   });
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(layer_norm, layer_norm_f32)
+TG_SIMD_KERNEL(layer_norm_backward, layer_norm_backward_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

@@ -68,6 +68,9 @@ void adam_update_f32(int64_t n, float* param, const float* grad, float* m, float
   parallel_flat(n, 6, [&](int64_t i0, int64_t i1) { adam_block<Arch>(i0, i1, param, grad, m, v, k); });
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(adam_update, adam_update_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

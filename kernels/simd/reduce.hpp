@@ -244,6 +244,12 @@ void max_axis_f32(int64_t outer, int64_t n, int64_t inner, const float* x, float
   });
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(sum_to, sum_to_f32)
+TG_SIMD_KERNEL(sum_axis, sum_axis_f32)
+TG_SIMD_KERNEL(max_axis, max_axis_f32)
+TG_SIMD_KERNEL(sum_squares, sum_squares_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

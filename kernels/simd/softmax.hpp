@@ -509,6 +509,13 @@ int64_t cross_entropy_f32(int64_t rows, int64_t V, const float* logits, const in
   return counted;
 }
 
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(softmax, softmax_f32)
+TG_SIMD_KERNEL(softmax_backward, softmax_backward_f32)
+TG_SIMD_KERNEL(log_softmax, log_softmax_f32)
+TG_SIMD_KERNEL(log_softmax_backward, log_softmax_backward_f32)
+TG_SIMD_KERNEL(cross_entropy, cross_entropy_f32)
+
 }  // namespace
 }  // namespace tapegrad::kernels::simd
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "kernels/nd_index.hpp"
 #include "src/ops/op_util.hpp"
 
 namespace tapegrad {
@@ -53,42 +54,30 @@ template <class T>
 void gemm_over_batch(const Shape& batch, const MatrixOperand& A, const MatrixOperand& B, T* C, int64_t ldc,
                      const Shape& c_strides, T beta) {
   const int64_t M = A.rows, K = A.cols, N = B.cols;
-  Shape sa = batch_strides(A.t, batch), sb = batch_strides(B.t, batch), sc = c_strides;
-  Shape dims = batch;
-  // Merge adjacent batch dims whose strides line up for all three operands (e.g. [B,H] -> [B*H]).
-  for (int i = dims.ndim() - 2; i >= 0; --i) {
-    const int64_t n1 = dims[i + 1];
-    if (sa[i] == sa[i + 1] * n1 && sb[i] == sb[i + 1] * n1 && sc[i] == sc[i + 1] * n1) {
-      // the merged dim steps by the inner dim's strides
-      dims[i + 1] *= dims[i];
-      dims.erase(i), sa.erase(i), sb.erase(i), sc.erase(i);
-    }
-  }
+  const Shape sa = batch_strides(A.t, batch), sb = batch_strides(B.t, batch);
   const T* a0 = A.t.data<T>();
   const T* b0 = B.t.data<T>();
-  if (dims.ndim() == 0) {
+  if (batch.ndim() == 0) {
     kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0, A.ld, b0, B.ld, beta, C, ldc);
     return;
   }
-  const int last = dims.ndim() - 1;
-  int64_t outer = 1;
-  for (int i = 0; i < last; ++i) outer *= dims[i];
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t oa = 0, ob = 0, oc = 0, rem = o;
-    for (int i = last - 1; i >= 0; --i) {
-      const int64_t idx = rem % dims[i];
-      rem /= dims[i];
-      oa += idx * sa[i], ob += idx * sb[i], oc += idx * sc[i];
-    }
-    if (sc[last] == 0 && dims[last] > 1) {  // summing over this dim: accumulate one by one
-      for (int64_t k = 0; k < dims[last]; ++k)
-        kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0 + oa + k * sa[last], A.ld, b0 + ob + k * sb[last], B.ld,
-                         beta, C + oc, ldc);
+  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the last
+  // one becomes a batched GEMM, the others a loop.
+  const int64_t* strides[] = {sa.data(), sb.data(), c_strides.data()};
+  const kernels::nd::Space s = kernels::nd::coalesce(batch.ndim(), batch.data(), 3, strides);
+  if (s.total == 0) return;
+  const int last = s.ndim - 1;
+  const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
+  kernels::nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
+    const T *a = a0 + off[0], *b = b0 + off[1];
+    if (dc == 0 && n > 1) {  // summing over this dim: accumulate one by one
+      for (int64_t k = 0; k < n; ++k)
+        kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a + k * da, A.ld, b + k * db, B.ld, beta, C + off[2], ldc);
     } else {
-      kernels::gemm_batched<T>(dims[last], A.trans, B.trans, M, N, K, T(1), a0 + oa, A.ld, sa[last], b0 + ob, B.ld,
-                               sb[last], beta, C + oc, ldc, sc[last]);
+      kernels::gemm_batched<T>(n, A.trans, B.trans, M, N, K, T(1), a, A.ld, da, b, B.ld, db, beta, C + off[2], ldc,
+                               dc);
     }
-  }
+  });
 }
 
 // A [.., M, K] that is row-major with its batch dims stacked on its rows, viewed as one [rows, K]

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/kernels.hpp"
 #include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
@@ -133,7 +132,6 @@ Session make_session(const TrainOptions& requested) {
                   " (steps count the whole run)");
     resume_step = resumed->step;
   }
-  if (o.threads > 0) kernels::set_num_threads(o.threads);
 
   if (o.train_file.empty()) {
     s.task = data::make_task(o.task, o.task_options);

@@ -21,6 +21,8 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/ref/ref.hpp"
+#include "tapegrad/error.hpp"
+#include "tapegrad/runtime.hpp"
 
 namespace k = tapegrad::kernels;
 namespace ref = tapegrad::kernels::ref;
@@ -782,8 +784,8 @@ TEST_CASE("additive_score forward and backward match the reference", "[kernels][
   std::vector<float> s_want(size_t(nb * ns));
   ref::additive_score<float>(nb, ns, A, keys.data(), query.data(), v.data(), s_want.data());
   auto dk_want = dk0, dq_want = dq0, dv_want = dv0;
-  ref::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(), dk_want.data(),
-                                      dq_want.data(), dv_want.data());
+  ref::additive_score_backward<float>(nb, ns, A, keys.data(), query.data(), v.data(), ds.data(),
+                                      dk_want.data(), dq_want.data(), dv_want.data());
   double v_abs = 0, ds_abs = 0;
   for (float x : v) v_abs += std::abs(x);
   for (float x : ds) ds_abs += std::abs(x);
@@ -829,6 +831,116 @@ TEST_CASE("additive_score forward and backward match the reference", "[kernels][
     }
     check_equal(dv, dv_1t, "dv, 1 thread vs this run");
   });
+}
+
+namespace {
+// The GRU cell as the op computed it before it had its own kernel: sums and products rounded one
+// at a time (this file is compiled without FMA) and kernels::unary for sigmoid and tanh on the
+// active ISA. The kernel must reproduce it bit for bit.
+void gru_composition(int64_t B, int64_t H, const float* xp, int64_t xs, const float* hp, int64_t hs,
+                     const float* h, float* rz, float* n, float* y) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < 2 * H; ++i) rz[b * 2 * H + i] = xp[b * xs + i] + hp[b * hs + i];
+  k::unary<float>(k::Unary::sigmoid, B * 2 * H, rz, rz);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < H; ++i)
+      n[b * H + i] = xp[b * xs + 2 * H + i] + rz[b * 2 * H + i] * hp[b * hs + 2 * H + i];
+  k::unary<float>(k::Unary::tanh, B * H, n, n);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < H; ++i) {
+      const float z = rz[b * 2 * H + H + i], nv = n[b * H + i];
+      y[b * H + i] = nv + z * (h[b * H + i] - nv);
+    }
+}
+}  // namespace
+
+TEST_CASE("gru_cell forward and backward match the reference", "[kernels][gru]") {
+  // Forward against the reference, absolute limits from the unary tolerances (sigmoid within
+  // 7 eps, tanh within 10 eps on values <= 1) with |xp|, |hp| <= 2 and |h| <= 1:
+  //   rz: 7 eps;  n = tanh(x + r p): 2 * 7 eps through r, 3 eps rounding, 10 eps tanh -> 32 eps;
+  //   y = n + z (h - n): 27 eps through n, 2 * 7 eps through z, rounding -> 48 eps.
+  // Forward against the unfused composition it replaced, and backward (no transcendental functions)
+  // against the reference from the same saved gates: exact, on every ISA and thread count.
+  const int threads = GENERATE(1, 2);
+  const int64_t H = GENERATE(from_range(kSizes.begin(), kSizes.end()));
+  const int64_t B = GENERATE(1, 3, 17);
+  const int64_t pad = GENERATE(0, 5);  // xp's rows wider than 3H (a narrowed time step); hp's not
+  CAPTURE(B, H, pad, threads);
+  const int64_t xs = 3 * H + pad, hs = 3 * H;
+  const auto xp = random_vec(B * xs, -2, 2, 171), hp = random_vec(B * hs, -2, 2, 172),
+             h = random_vec(B * H, -1, 1, 173);
+  const auto dy = random_vec(B * H, -1, 1, 174);
+  const auto dxp0 = random_vec(B * 3 * H, -1, 1, 175), dhp0 = random_vec(B * 3 * H, -1, 1, 176),
+             dh0 = random_vec(B * H, -1, 1, 177);
+  const size_t nrz = size_t(B * 2 * H), nh = size_t(B * H);
+  std::vector<float> rz_want(nrz), n_want(nh), y_want(nh);
+  ref::gru_cell<float>(B, H, xp.data(), xs, hp.data(), hs, h.data(), rz_want.data(), n_want.data(),
+                       y_want.data());
+  // Backward from the reference's gates, once adding to earlier gradients and once overwriting.
+  auto dxp_want = dxp0, dhp_want = dhp0, dh_want = dh0;
+  ref::gru_cell_backward<float>(B, H, rz_want.data(), n_want.data(), hp.data(), hs, h.data(), dy.data(),
+                                {dxp_want.data(), false}, {dhp_want.data(), false}, {dh_want.data(), false});
+  std::vector<float> dxp_fresh_want(dxp0.size(), 7.0f), dh_fresh_want(dh0.size(), 7.0f);
+  ref::gru_cell_backward<float>(B, H, rz_want.data(), n_want.data(), hp.data(), hs, h.data(), dy.data(),
+                                {dxp_fresh_want.data(), true}, {}, {dh_fresh_want.data(), true});
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> rz(nrz, -1.0f), n(nh, -1.0f), y(nh, -1.0f);
+    k::gru_cell<float>(B, H, xp.data(), xs, hp.data(), hs, h.data(), rz.data(), n.data(), y.data());
+    check_close(rz, rz_want, Tol{7 * kEps, 0}, "rz");
+    check_close(n, n_want, Tol{32 * kEps, 0}, "n");
+    check_close(y, y_want, Tol{48 * kEps, 0}, "y");
+    std::vector<float> rz_c(nrz), n_c(nh), y_c(nh);
+    gru_composition(B, H, xp.data(), xs, hp.data(), hs, h.data(), rz_c.data(), n_c.data(), y_c.data());
+    check_equal(rz, rz_c, "rz vs the composition");
+    check_equal(n, n_c, "n vs the composition");
+    check_equal(y, y_c, "y vs the composition");
+
+    auto dxp = dxp0, dhp = dhp0, dh = dh0;
+    k::gru_cell_backward<float>(B, H, rz_want.data(), n_want.data(), hp.data(), hs, h.data(), dy.data(),
+                                {dxp.data(), false}, {dhp.data(), false}, {dh.data(), false});
+    check_equal(dxp, dxp_want, "dxp (added)");
+    check_equal(dhp, dhp_want, "dhp (added)");
+    check_equal(dh, dh_want, "dh (added)");
+    // overwriting ignores what the buffer held; a null output is skipped
+    std::vector<float> dxp_fresh(dxp0.size(), -3.0f), dh_fresh(dh0.size(), -3.0f);
+    k::gru_cell_backward<float>(B, H, rz_want.data(), n_want.data(), hp.data(), hs, h.data(), dy.data(),
+                                {dxp_fresh.data(), true}, {}, {dh_fresh.data(), true});
+    check_equal(dxp_fresh, dxp_fresh_want, "dxp (overwritten)");
+    check_equal(dh_fresh, dh_fresh_want, "dh (overwritten)");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The public run-time settings (include/tapegrad/runtime.hpp) drive the kernels' own.
+
+TEST_CASE("tapegrad::runtime sets and reports the kernels' threads and instruction set",
+          "[kernels][runtime]") {
+  namespace rt = tapegrad::runtime;
+  Config restore(k::active_isa(), k::num_threads());
+  rt::set_num_threads(1);
+  CHECK(k::num_threads() == 1);
+  rt::set_num_threads(2);
+  CHECK(rt::num_threads() == 2);
+  CHECK(k::num_threads() == 2);
+  CHECK_THROWS_AS(rt::set_num_threads(0), tapegrad::Error);
+  CHECK(rt::num_threads() == 2);
+
+  const auto names = rt::available_isas();
+  REQUIRE(names.size() == k::available_isas().size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    CHECK(names[i] == k::isa_name(k::available_isas()[i]));
+    rt::set_isa(names[i]);
+    CHECK(k::active_isa() == k::available_isas()[i]);
+    CHECK(rt::active_isa() == names[i]);
+  }
+  CHECK_THROWS_AS(rt::set_isa("avx3"), tapegrad::Error);
+  if (names.back() != "avx512") CHECK_THROWS_AS(rt::set_isa("avx512"), tapegrad::Error);
+  CHECK(rt::active_isa() == names.back());  // a refused switch leaves the choice alone
+
+  const auto c = rt::cache_sizes();
+  CHECK(c.l1d == k::cache_info().l1d);
+  CHECK(c.l2 == k::cache_info().l2);
+  CHECK(c.l3 == k::cache_info().l3);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "cli.hpp"
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/experiment.hpp"
 
 namespace tapegrad::cli {
@@ -38,10 +38,10 @@ Runner add_experiment(CLI::App& app) {
   sub->add_flag("--quick", a->o.quick, "Tiny models, lengths and budgets: a first look in seconds");
   return [a] {
     experiment::validate(a->name, a->o);
-    if (a->o.threads > 0) kernels::set_num_threads(a->o.threads);
+    if (a->o.threads > 0) runtime::set_num_threads(a->o.threads);
     std::printf("experiment %s%s: %s\n", a->name.c_str(), a->o.quick ? " (quick)" : "",
                 experiment::description(a->name).c_str());
-    std::printf("threads %d, isa %s, seed %llu\n", kernels::num_threads(), kernels::isa_name(kernels::active_isa()),
+    std::printf("threads %d, isa %s, seed %llu\n", runtime::num_threads(), runtime::active_isa().c_str(),
                 (unsigned long long)a->o.seed);
     std::fflush(stdout);
     const bool tty = stdout_is_tty();

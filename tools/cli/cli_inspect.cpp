@@ -5,7 +5,7 @@
 #include <regex>
 
 #include "cli.hpp"
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
 
 namespace tapegrad::cli {
@@ -15,13 +15,13 @@ bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
 Runner add_info(CLI::App& app) {
   app.add_subcommand("info", "Print the instruction set in use, thread count and cache sizes");
   return [] {
-    const auto& c = kernels::cache_info();
+    const auto c = runtime::cache_sizes();
     std::string avail;
-    for (auto isa : kernels::available_isas()) avail += std::string(avail.empty() ? "" : ",") + kernels::isa_name(isa);
+    for (const auto& isa : runtime::available_isas()) avail += (avail.empty() ? "" : ",") + isa;
     std::printf("tapegrad %s\n", version());
-    std::printf("isa: %s (available: %s; TAPEGRAD_ARCH forces a lower one)\n", kernels::isa_name(kernels::active_isa()),
+    std::printf("isa: %s (available: %s; TAPEGRAD_ARCH forces a lower one)\n", runtime::active_isa().c_str(),
                 avail.c_str());
-    std::printf("threads: %d (TAPEGRAD_THREADS or --threads)\n", kernels::num_threads());
+    std::printf("threads: %d (TAPEGRAD_THREADS or --threads)\n", runtime::num_threads());
     std::printf("cache: L1d %lld KiB, L2 %lld KiB, L3 %lld KiB\n", (long long)(c.l1d / 1024),
                 (long long)(c.l2 / 1024), (long long)(c.l3 / 1024));
     return 0;

@@ -7,7 +7,7 @@
 #include "cli.hpp"
 #include "curves.hpp"
 #include "run_options.hpp"
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
 
@@ -70,9 +70,10 @@ Runner add_train(CLI::App& app) {
   return [a, sub] {
     train::TrainOptions& o = resolve_run_options(sub, *a);
     train::Session s = train::make_session(o);
+    if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
     std::printf("training %s\n", s.describe().c_str());
-    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", kernels::num_threads(),
-                kernels::isa_name(kernels::active_isa()), (long long)s.options.steps,
+    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
+                runtime::active_isa().c_str(), (long long)s.options.steps,
                 (long long)s.options.batch_size,
                 s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
     std::fflush(stdout);
@@ -168,7 +169,7 @@ Runner add_eval(CLI::App& app) {
       ->check(int_range(1, 100000));
   sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
   return [a, mn, mx] {
-    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     data::TaskOptions opts = m.options.task_options;
     if (mn->count()) opts.min_len = a->task_options.min_len;
@@ -214,7 +215,7 @@ Runner add_translate(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
   sub->add_option("inputs", a->inputs, "Source lines (default: read stdin)");
   return [a] {
-    if (a->threads > 0) kernels::set_num_threads(a->threads);
+    if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     const data::Tokenization tok = m.options.tokenization;
     std::vector<std::string> lines = a->inputs;

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/kernels.hpp"
+#include "tapegrad/runtime.hpp"
 #include "src/train/experiments/experiments_internal.hpp"
 #include "tapegrad/error.hpp"
 
@@ -13,8 +13,8 @@ namespace tapegrad::experiment::detail {
 namespace {
 // Restores the kernel thread count on exit.
 struct ThreadsGuard {
-  int saved = kernels::num_threads();
-  ~ThreadsGuard() { kernels::set_num_threads(saved); }
+  int saved = runtime::num_threads();
+  ~ThreadsGuard() { runtime::set_num_threads(saved); }
 };
 }  // namespace
 
@@ -64,7 +64,7 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
         o.threads = t;
         o.valid_size = 0;
         train::Session s = train::make_session(o);
-        kernels::set_num_threads(t);
+        runtime::set_num_threads(t);
         const data::Batch b = s.batch_for_step(1);
         const std::string what = std::string(models::model_name(config.kind)) + " length " +
                                  std::to_string(len) + ", " + std::to_string(t) + " thread" +

@@ -1,0 +1,33 @@
+// Process-wide run-time settings of the compute kernels: the OpenMP thread count, the instruction
+// set the float kernels use, and the cache sizes the GEMM blocks for.
+//
+// Only the command line (tools/), tests and benchmarks set these; library code reads them at most.
+// Defaults come from the environment at first use: TAPEGRAD_THREADS (else the OpenMP default) and
+// TAPEGRAD_ARCH (else the best instruction set the CPU has; it may only lower the choice).
+// Implemented in kernels/runtime.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tapegrad::runtime {
+
+// Threads every kernel may use. set_num_threads throws tapegrad::Error unless n >= 1.
+int num_threads();
+void set_num_threads(int n);
+
+// The instruction set in use ("avx512", "avx2", "sse2" or "scalar") and every one this CPU can run,
+// lowest first. set_isa switches the whole process; it throws tapegrad::Error for an unknown name or
+// one this CPU does not support.
+std::string active_isa();
+std::vector<std::string> available_isas();
+void set_isa(const std::string& name);
+
+// Cache sizes in bytes as read from the OS (defaults if unreadable).
+struct CacheSizes {
+  int64_t l1d, l2, l3;
+};
+CacheSizes cache_sizes();
+
+}  // namespace tapegrad::runtime
