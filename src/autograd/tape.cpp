@@ -124,8 +124,7 @@ void accumulate_grad(const Tensor& t, const Tensor& g) {
   // Later gradients add in (when t's gradient is g's own storage, as in x + x after the first x adopted
   // dy, the elementwise add reads each element before writing it).
   const Tensor gc = g.is_contiguous() ? g : g.clone();
-  detail::visit_float(ti.dtype, "backward", [&](auto z) {
-    using T = decltype(z);
+  detail::visit_float(ti.dtype, "backward", [&]<class T>() {
     kernels::affine<T>(gc.numel(), gc.template data<T>(), T(1), T(0), ti.grad.template data<T>(), true);
   });
 }
@@ -141,8 +140,7 @@ Tensor grad_buffer_zeroed(const Tensor& t) {
   bool fresh = false;
   Tensor g = grad_buffer(t, &fresh);
   if (fresh)
-    detail::visit_float(t.dtype(), "backward", [&](auto z) {
-      using T = decltype(z);
+    detail::visit_float(t.dtype(), "backward", [&]<class T>() {
       kernels::fill<T>(g.numel(), T(0), g.template data<T>());
     });
   return g;

@@ -22,8 +22,7 @@ void accumulate_summed_grad(const Tensor& t, const Tensor& g) {
   }
   Tensor dt = grad_buffer_zeroed(t);
   const Shape rs = detail::reduction_strides(t.shape(), g.shape());
-  visit_float(t.dtype(), "backward", [&](auto z) {
-    using T = decltype(z);
+  visit_float(t.dtype(), "backward", [&]<class T>() {
     kernels::sum_to<T>(g.ndim(), g.shape().data(), g.template data<T>(), rs.data(), dt.template data<T>());
   });
 }
@@ -35,8 +34,7 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor y = Tensor::empty(out_shape, a.dtype());
   const Shape sa = broadcast_strides(a, out_shape), sb = broadcast_strides(b, out_shape);
-  visit_float(a.dtype(), name, [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), name, [&]<class T>() {
     kernels::binary<T>(kop, out_shape.ndim(), out_shape.data(), a.data<T>(), sa.data(), b.data<T>(), sb.data(),
                        y.data<T>());
   });
@@ -53,8 +51,7 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
           continue;
         }
         Tensor g = Tensor::empty(dy.shape(), dy.dtype());
-        visit_float(dy.dtype(), "backward", [&](auto z) {
-          using T = decltype(z);
+        visit_float(dy.dtype(), "backward", [&]<class T>() {
           kernels::binary_backward<T>(kop, which, dy.ndim(), dy.shape().data(), a.data<T>(), sa.data(),
                                       b.data<T>(), sb.data(), dy.data<T>(), g.data<T>());
         });
@@ -71,16 +68,14 @@ Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
   check_float(a, name);
   const Tensor x = contiguous_data(a);
   Tensor y = Tensor::empty(a.shape(), a.dtype());
-  visit_float(a.dtype(), name, [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), name, [&]<class T>() {
     kernels::unary<T>(kop, x.numel(), x.data<T>(), y.data<T>());
   });
   if (should_record({&a})) {
     record(kind, {a}, y, [a, x, y, kop](const Tensor& dy) {
       // da += dy * f'(x)  (the derivative table is in kernels/ref/ref.hpp: unary_derivative)
       Tensor da = grad_buffer_zeroed(a);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>());
       });
     });
@@ -94,16 +89,14 @@ Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
   check_float(a, name);
   const Tensor x = contiguous_data(a);
   Tensor y = Tensor::empty(a.shape(), a.dtype());
-  visit_float(a.dtype(), name, [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), name, [&]<class T>() {
     kernels::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>(), false);
   });
   if (should_record({&a})) {
     record(kind, {a}, y, [a, scale](const Tensor& dy) {
       // da += scale * dy
       Tensor da = grad_buffer_zeroed(a);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), true);
       });
     });
@@ -126,16 +119,14 @@ Tensor pow(const Tensor& a, double p) {
   check_float(a, "pow_scalar");
   const Tensor x = contiguous_data(a);
   Tensor y = Tensor::empty(a.shape(), a.dtype());
-  visit_float(a.dtype(), "pow_scalar", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "pow_scalar", [&]<class T>() {
     kernels::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>());
   });
   if (should_record({&a})) {
     record(OpKind::pow_scalar, {a}, y, [a, x, p](const Tensor& dy) {
       // da += dy * p * x^(p-1)
       Tensor da = grad_buffer_zeroed(a);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), dy.data<T>(), da.data<T>());
       });
     });
@@ -164,16 +155,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape sc = broadcast_strides(c, out_shape), sa = broadcast_strides(a, out_shape),
               sb = broadcast_strides(b, out_shape);
   Tensor y = Tensor::empty(out_shape, a.dtype());
-  visit_float(a.dtype(), "where", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "where", [&]<class T>() {
     kernels::where<T>(out_shape.ndim(), out_shape.data(), c.data<T>(), sc.data(), a.data<T>(), sa.data(),
                       b.data<T>(), sb.data(), y.data<T>());
   });
   if (should_record({&a, &b})) {
     record(OpKind::where, {a, b}, y, [a, b, c, sc](const Tensor& dy) {
       // da = dy where cond, else 0;  db = dy where !cond, else 0  (then summed over broadcast dims)
-      visit_float(dy.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(dy.dtype(), "backward", [&]<class T>() {
         const T zero = 0;
         const Shape zs = Shape(std::vector<int64_t>(size_t(dy.ndim()), 0));
         const Shape ds = dy.strides();

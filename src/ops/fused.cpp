@@ -39,8 +39,7 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
   const int64_t xs = row_stride(xp), ps = row_stride(hp);
   Tensor y = Tensor::empty({B, H}, h.dtype());
   Tensor rz = Tensor::empty({B, 2 * H}, h.dtype()), n = Tensor::empty({B, H}, h.dtype());  // saved gates
-  visit_float(h.dtype(), "gru_cell", [&](auto zero) {
-    using T = decltype(zero);
+  visit_float(h.dtype(), "gru_cell", [&]<class T>() {
     kernels::gru_cell<T>(B, H, xp.data<T>(), xs, hp.data<T>(), ps, h.data<T>(), rz.data<T>(), n.data<T>(),
                          y.data<T>());
   });
@@ -49,8 +48,7 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
            [xp_in, hp_in, h_in, hp, h, rz, n, B, H, ps](const Tensor& dy) {
              // dn = dy (1-z), dz = dy (h-n), dh = dy z;  da_n = dn (1-n^2) = dxp_n, dhp_n = da_n r;
              // dr = da_n hp_n;  da_r = dr r (1-r), da_z = dz z (1-z) (= dxp and dhp for r and z)
-             visit_float(dy.dtype(), "backward", [&](auto zero) {
-               using T = decltype(zero);
+             visit_float(dy.dtype(), "backward", [&]<class T>() {
                auto output = [](const Tensor& t, Tensor* keep) -> kernels::GradOutput<T> {
                  if (!t.requires_grad()) return {};
                  bool fresh = false;
@@ -81,8 +79,7 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
                v = detail::contiguous_data(v_in);
   const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2);
   Tensor y = Tensor::empty({B, S}, keys.dtype());
-  visit_float(keys.dtype(), "additive_score", [&](auto zero) {
-    using T = decltype(zero);
+  visit_float(keys.dtype(), "additive_score", [&]<class T>() {
     kernels::additive_score<T>(B, S, A, keys.data<T>(), query.data<T>(), v.data<T>(), y.data<T>());
   });
   if (should_record({&keys_in, &query_in, &v_in})) {
@@ -90,8 +87,7 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
            [keys_in, query_in, v_in, keys, query, v, B, S, A](const Tensor& dy) {
              // t = tanh(k + q);  g = dy[b,s] v (1 - t^2) = dk;  dq[b] = sum_s g[b,s,:];  dv = sum_{b,s}
              // dy[b,s] t
-             visit_float(dy.dtype(), "backward", [&](auto zero) {
-               using T = decltype(zero);
+             visit_float(dy.dtype(), "backward", [&]<class T>() {
                // The kernel accumulates: a new gradient buffer starts from zero.
                const Tensor dk = keys_in.requires_grad() ? grad_buffer_zeroed(keys_in) : Tensor();
                const Tensor dq = query_in.requires_grad() ? grad_buffer_zeroed(query_in) : Tensor();

@@ -27,16 +27,14 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   Shape s = ids.shape();
   s.push_back(C);
   Tensor y = Tensor::empty(s, table.dtype());
-  visit_float(table.dtype(), "embedding", [&](auto z) {
-    using T = decltype(z);
+  visit_float(table.dtype(), "embedding", [&]<class T>() {
     kernels::embedding<T>(n, C, tc.data<T>(), id, y.data<T>());
   });
   if (should_record({&table})) {
     record(OpKind::embedding, {table}, y, [table, ic, n, C](const Tensor& dy) {
       // dtable[ids[i]] += dy[i]  (repeated ids accumulate)
       Tensor dt = grad_buffer_zeroed(table);
-      visit_float(table.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(table.dtype(), "backward", [&]<class T>() {
         kernels::embedding_backward<T>(n, C, ic.data<int32_t>(), dy.data<T>(), dt.data<T>());
       });
     });
@@ -51,16 +49,14 @@ Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
   const Tensor x = detail::contiguous_data(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   auto mask = std::make_shared<std::vector<uint8_t>>(size_t(x.numel()));
-  visit_float(x.dtype(), "dropout", [&](auto z) {
-    using T = decltype(z);
+  visit_float(x.dtype(), "dropout", [&]<class T>() {
     kernels::dropout<T>(x.numel(), x.data<T>(), p, seed, y.data<T>(), mask->data());
   });
   if (should_record({&x_in})) {
     record(OpKind::dropout, {x_in}, y, [x_in, mask, p](const Tensor& dy) {
       // dx = dy * mask / (1 - p)
       Tensor dx = grad_buffer_zeroed(x_in);
-      visit_float(dy.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(dy.dtype(), "backward", [&]<class T>() {
         const T keep = T(1.0 / (1.0 - p));
         const T* g = dy.data<T>();
         T* d = dx.data<T>();

@@ -191,8 +191,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor y = Tensor::empty(out_shape, a.dtype());
-  visit_float(a.dtype(), "matmul", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "matmul", [&]<class T>() {
     if (b2.ndim() == 2 && foldable_rows(a2)) {  // [.., M, K] @ [K, N]: one GEMM
       const MatrixOperand af = fold_rows(a2), B = as_matrix(b2);
       kernels::gemm<T>(false, B.trans, af.rows, N, K, T(1), a2.data<T>(), af.ld, B.t.data<T>(), B.ld, T(0),
@@ -204,7 +203,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (should_record({&a2, &b2})) {
     record(OpKind::matmul, {a2, b2}, y, [a2, b2](const Tensor& dy) {
       // dA = dY @ B^T, dB = A^T @ dY (summed over broadcast batch dims)
-      visit_float(dy.dtype(), "backward", [&](auto z) { matmul_backward<decltype(z)>(a2, b2, dy); });
+      visit_float(dy.dtype(), "backward", [&]<class T>() { matmul_backward<T>(a2, b2, dy); });
     });
   }
   if (a.ndim() == 1 && b.ndim() == 1) return reshape(y, {});
@@ -293,8 +292,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ys[ys.ndim() - 1] = out;
   Tensor y = Tensor::empty(ys, x.dtype());
   const std::shared_ptr<PackedWeight> packed = packed_weight(weight, w);
-  visit_float(x.dtype(), "linear", [&](auto z) {
-    using T = decltype(z);
+  visit_float(x.dtype(), "linear", [&]<class T>() {
     T* yp = y.data<T>();
     if (bias.defined()) {  // start C from the bias rows, then C += x W^T
       const T* bp = bias.data<T>();
@@ -311,8 +309,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (should_record(inputs)) {
     record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out, packed](const Tensor& dy) {
       // dx = dy W;  dW = dy^T x;  db = sum over rows of dy
-      visit_float(dy.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(dy.dtype(), "backward", [&]<class T>() {
         bool fresh = false;
         if (x.requires_grad()) {
           Tensor dx = grad_buffer(x, &fresh);

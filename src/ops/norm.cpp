@@ -24,8 +24,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   const int64_t rows = C ? x.numel() / C : 0;
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   Tensor mean = Tensor::empty({rows}, x.dtype()), rstd = Tensor::empty({rows}, x.dtype());
-  visit_float(x.dtype(), "layer_norm", [&](auto z) {
-    using T = decltype(z);
+  visit_float(x.dtype(), "layer_norm", [&]<class T>() {
     kernels::layer_norm<T>(rows, C, x.data<T>(), w.defined() ? w.data<T>() : nullptr,
                            b.defined() ? b.data<T>() : nullptr, eps, y.data<T>(), mean.data<T>(), rstd.data<T>());
   });
@@ -39,8 +38,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
       Tensor dx = x_in.requires_grad() ? grad_buffer_zeroed(x_in) : Tensor();
       Tensor dw = weight.defined() && weight.requires_grad() ? grad_buffer_zeroed(weight) : Tensor();
       Tensor db = bias.defined() && bias.requires_grad() ? grad_buffer_zeroed(bias) : Tensor();
-      visit_float(x.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(x.dtype(), "backward", [&]<class T>() {
         kernels::layer_norm_backward<T>(rows, C, x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<T>(),
                                         rstd.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr,
                                         dw.defined() ? dw.data<T>() : nullptr, db.defined() ? db.data<T>() : nullptr);

@@ -33,16 +33,14 @@ Tensor sum(const Tensor& a) {
   detail::check_float(a, "sum_all");
   const Tensor x = detail::contiguous_data(a);
   Tensor y = Tensor::empty({}, a.dtype());
-  visit_float(a.dtype(), "sum_all", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "sum_all", [&]<class T>() {
     *y.data<T>() = kernels::sum_all<T>(x.numel(), x.data<T>());
   });
   if (should_record({&a})) {
     record(OpKind::sum_all, {a}, y, [a](const Tensor& dy) {
       // da[i] += dy
       Tensor da = grad_buffer_zeroed(a);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(da.numel(), da.data<T>(), T(1), *dy.data<T>(), da.data<T>(), false);
       });
     });
@@ -55,8 +53,7 @@ Tensor sum(const Tensor& a, int axis, bool keepdim) {
   const AxisSplit s = split_axis(a, axis, keepdim, "sum_axis");
   const Tensor x = detail::contiguous_data(a);
   Tensor y = Tensor::empty(s.out, a.dtype());
-  visit_float(a.dtype(), "sum_axis", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "sum_axis", [&]<class T>() {
     kernels::sum_axis<T>(s.outer, s.n, s.inner, x.data<T>(), y.data<T>());
   });
   if (should_record({&a})) {
@@ -65,8 +62,7 @@ Tensor sum(const Tensor& a, int axis, bool keepdim) {
       Tensor da = grad_buffer_zeroed(a);
       const Shape shape{s.outer, s.n, s.inner};
       const Shape da_strides{s.n * s.inner, s.inner, 1}, dy_strides{s.inner, 0, 1};
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::binary<T>(kernels::Binary::add, 3, shape.data(), da.data<T>(), da_strides.data(), dy.data<T>(),
                            dy_strides.data(), da.data<T>());
       });
@@ -93,16 +89,14 @@ Tensor max(const Tensor& a, int axis, bool keepdim) {
   const Tensor x = detail::contiguous_data(a);
   Tensor y = Tensor::empty(s.out, a.dtype());
   auto argmax = std::make_shared<std::vector<int64_t>>(size_t(s.outer * s.inner));
-  visit_float(a.dtype(), "max_axis", [&](auto z) {
-    using T = decltype(z);
+  visit_float(a.dtype(), "max_axis", [&]<class T>() {
     kernels::max_axis<T>(s.outer, s.n, s.inner, x.data<T>(), y.data<T>(), argmax->data());
   });
   if (should_record({&a})) {
     record(OpKind::max_axis, {a}, y, [a, s, argmax](const Tensor& dy) {
       // da[o, argmax[o, i], i] += dy[o, i]  (the first maximum takes the whole gradient)
       Tensor da = grad_buffer_zeroed(a);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         T* d = da.data<T>();
         const T* g = dy.data<T>();
         for (int64_t o = 0; o < s.outer; ++o)

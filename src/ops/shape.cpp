@@ -125,8 +125,7 @@ Tensor permute(const Tensor& a, const std::vector<int>& dims) {
       for (size_t i = 0; i < norm.size(); ++i) ds[int(i)] = cs[norm[i]];
       bool fresh = false;
       Tensor da = grad_buffer(a, &fresh);
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         if (fresh) {  // a new gradient: gather dy in a's order (one pass, no zero fill)
           const Shape ys = contiguous_strides(dy.shape());
           Shape xs = a.shape();
@@ -177,8 +176,7 @@ Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
       // da[.., start:start+len, ..] += dy
       Tensor da = grad_buffer_zeroed(a);
       const Shape cs = contiguous_strides(a.shape());
-      visit_float(a.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>() + start * cs[ax], cs.data());
       });
     });

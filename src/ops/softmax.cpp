@@ -55,8 +55,7 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
       mask = Tensor::empty(x.shape(), x.dtype());
       const Shape ms_strides = detail::broadcast_strides(spec.mask, x.shape());
       const Shape zero_strides = Shape(std::vector<int64_t>(size_t(x.ndim()), 0));
-      visit_float(x.dtype(), "softmax", [&](auto z) {
-        using T = decltype(z);
+      visit_float(x.dtype(), "softmax", [&]<class T>() {
         const T zero = 0;
         kernels::binary<T>(kernels::Binary::add, x.ndim(), x.shape().data(), spec.mask.data<T>(), ms_strides.data(),
                            &zero, zero_strides.data(), mask.data<T>());
@@ -67,8 +66,7 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
     opts.mask_rows = cols ? period / cols : 0;
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  visit_float(x.dtype(), "softmax", [&](auto z) {
-    using T = decltype(z);
+  visit_float(x.dtype(), "softmax", [&]<class T>() {
     kernels::softmax<T>(rows, cols, x.data<T>(), y.data<T>(), opts);
   });
   if (should_record({&x_in})) {
@@ -76,8 +74,7 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
     record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale](const Tensor& dy) {
       // dx = scale * y * (dy - sum(dy * y))
       Tensor dx = grad_buffer_zeroed(x_in);
-      visit_float(y.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(y.dtype(), "backward", [&]<class T>() {
         kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale);
       });
     });
@@ -91,16 +88,14 @@ Tensor log_softmax(const Tensor& x_in) {
   const Tensor x = detail::contiguous_data(x_in);
   const int64_t cols = x.shape().at(-1), rows = row_count(x);
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  visit_float(x.dtype(), "log_softmax", [&](auto z) {
-    using T = decltype(z);
+  visit_float(x.dtype(), "log_softmax", [&]<class T>() {
     kernels::log_softmax<T>(rows, cols, x.data<T>(), y.data<T>());
   });
   if (should_record({&x_in})) {
     record(OpKind::log_softmax, {x_in}, y, [x_in, y, rows, cols](const Tensor& dy) {
       // dx = dy - exp(y) * sum(dy)
       Tensor dx = grad_buffer_zeroed(x_in);
-      visit_float(y.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(y.dtype(), "backward", [&]<class T>() {
         kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>());
       });
     });
@@ -132,8 +127,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_
   Tensor row_loss = Tensor::empty({rows}, logits.dtype());
   Tensor grad = recording ? Tensor::empty(logits.shape(), logits.dtype()) : Tensor();
   Tensor y = Tensor::empty({}, logits.dtype());
-  visit_float(logits.dtype(), "cross_entropy", [&](auto z) {
-    using T = decltype(z);
+  visit_float(logits.dtype(), "cross_entropy", [&]<class T>() {
     // Count first so the fused gradient can be scaled by 1/count in the same pass.
     int64_t count = 0;
     for (int64_t r = 0; r < rows; ++r) count += t[r] != ignore_index;
@@ -147,8 +141,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_
     record(OpKind::cross_entropy, {logits_in}, y, [logits_in, grad](const Tensor& dy) {
       // dlogits = dy * (softmax(logits) - (1-eps) onehot(t) - eps/V) / count   (precomputed in forward)
       Tensor dx = grad_buffer_zeroed(logits_in);
-      visit_float(grad.dtype(), "backward", [&](auto z) {
-        using T = decltype(z);
+      visit_float(grad.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), true);
       });
     });

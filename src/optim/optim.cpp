@@ -68,8 +68,7 @@ void Sgd::step() {
     const Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    visit_float(p.dtype(), "sgd", [&](auto z) {
-      using T = decltype(z);
+    visit_float(p.dtype(), "sgd", [&]<class T>() {
       T* w = p.data<T>();
       T* v = velocity_[i].data<T>();
       const T* gr = g.data<T>();
@@ -110,8 +109,7 @@ void Adam::step() {
     const Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    visit_float(p.dtype(), "adam", [&](auto z) {
-      using T = decltype(z);
+    visit_float(p.dtype(), "adam", [&]<class T>() {
       kernels::adam_update<T>(p.numel(), p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), ap);
     });
   }
@@ -139,7 +137,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     sq += visit_float(g.dtype(), "clip_grad_norm",
-                      [&](auto z) { return double(kernels::sum_squares<decltype(z)>(g.numel(), g.data<decltype(z)>())); });
+                      [&]<class T>() { return double(kernels::sum_squares<T>(g.numel(), g.data<T>())); });
   }
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
@@ -147,8 +145,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     for (const Tensor& p : params) {
       const Tensor g = p.grad();
       if (!g.defined()) continue;
-      visit_float(g.dtype(), "clip_grad_norm", [&](auto z) {
-        using T = decltype(z);
+      visit_float(g.dtype(), "clip_grad_norm", [&]<class T>() {
         kernels::affine<T>(g.numel(), g.data<T>(), T(scale), T(0), g.data<T>(), false);
       });
     }

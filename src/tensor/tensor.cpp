@@ -59,8 +59,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   Tensor t = empty(shape, dtype);
-  visit_any(dtype, [&](auto z) {
-    using T = decltype(z);
+  visit_any(dtype, [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = T(value);
   });
@@ -85,8 +84,7 @@ Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape
   if (int64_t(values.size()) != shape.numel())
     throw ShapeError("from_vector: " + std::to_string(values.size()) + " values do not fill shape " + tapegrad::to_string(shape));
   Tensor t = empty(shape, dtype);
-  visit_any(dtype, [&](auto z) {
-    using T = decltype(z);
+  visit_any(dtype, [&]<class T>() {
     T* p = t.data<T>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = T(values[i]);
   });
@@ -103,8 +101,7 @@ Tensor Tensor::from_ids(const std::vector<int32_t>& ids, const Shape& shape) {
 
 Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mean, double std) {
   Tensor t = empty(shape, dtype);
-  detail::visit_float(dtype, "randn", [&](auto z) {
-    using T = decltype(z);
+  detail::visit_float(dtype, "randn", [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = T(mean + std * gen.normal());
   });
@@ -113,8 +110,7 @@ Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mea
 
 Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, double low, double high) {
   Tensor t = empty(shape, dtype);
-  detail::visit_float(dtype, "rand", [&](auto z) {
-    using T = decltype(z);
+  detail::visit_float(dtype, "rand", [&]<class T>() {
     T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = T(low + (high - low) * gen.uniform());
   });
@@ -171,8 +167,7 @@ std::vector<double> Tensor::to_vector() const {
   std::vector<double> out(static_cast<size_t>(numel()));
   const Shape& s = shape();
   const Shape& st = strides();
-  visit_any(dtype(), [&](auto z) {
-    using T = decltype(z);
+  visit_any(dtype(), [&]<class T>() {
     const T* p = data<T>();
     int64_t idx[kMaxDims] = {0};
     for (size_t i = 0; i < out.size(); ++i) {
@@ -215,8 +210,7 @@ Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), impl
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype());
-  visit_any(dtype(), [&](auto z) {
-    using T = decltype(z);
+  visit_any(dtype(), [&]<class T>() {
     kernels::copy_strided<T>(ndim(), shape().data(), data<T>(), strides().data(), out.data<T>());
   });
   return out;
@@ -231,8 +225,7 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.shape() != shape() || src.dtype() != dtype())
     throw ShapeError("copy_from: destination " + describe() + " and source " + src.describe() + " differ");
   if (!is_contiguous()) throw ShapeError("copy_from: destination must be contiguous, got " + describe());
-  visit_any(dtype(), [&](auto z) {
-    using T = decltype(z);
+  visit_any(dtype(), [&]<class T>() {
     kernels::copy_strided<T>(ndim(), shape().data(), src.data<T>(), src.strides().data(), data<T>());
   });
 }
