@@ -110,9 +110,10 @@ class RnnSeq2Seq : public Seq2Seq {
 
   void keep_attention(bool on) override { keep_ = on; }
 
-  std::vector<std::pair<std::string, Tensor>> attention_maps() const override {
+  std::vector<std::pair<std::string, Tensor>> attention_head_maps() const override {
     if (!last_map_.defined()) return {};
-    return {{"decoder.attention", last_map_}};
+    const Shape& shape = last_map_.shape();  // [B, T, S] -> one head: [B, 1, T, S]
+    return {{"decoder.attention", reshape(last_map_, {shape[0], 1, shape[1], shape[2]})}};
   }
 
  private:

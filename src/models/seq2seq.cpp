@@ -29,6 +29,12 @@ Tensor Seq2Seq::loss(const data::Batch& batch, double label_smoothing) {
   return cross_entropy(logits(batch), batch.tgt_out, data::kPad, label_smoothing);
 }
 
+std::vector<std::pair<std::string, Tensor>> Seq2Seq::attention_maps() const {
+  std::vector<std::pair<std::string, Tensor>> maps = attention_head_maps();
+  for (auto& [name, weights] : maps) weights = mean(weights, 1);  // [B, H, Tq, Tk] -> [B, Tq, Tk]
+  return maps;
+}
+
 std::vector<int32_t> Seq2Seq::beam_search(const std::vector<int32_t>& src, int64_t beam, int64_t max_len, double alpha) {
   NoGrad no_grad;
   struct Hyp {

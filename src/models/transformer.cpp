@@ -92,10 +92,10 @@ class Transformer : public Seq2Seq {
     for (auto& l : decoder_) l->self_attn->keep_weights(on), l->cross_attn->keep_weights(on);
   }
 
-  std::vector<std::pair<std::string, Tensor>> attention_maps() const override {
+  std::vector<std::pair<std::string, Tensor>> attention_head_maps() const override {
     std::vector<std::pair<std::string, Tensor>> maps;
     auto add_map = [&](const std::string& name, const nn::MultiHeadAttention& a) {
-      if (a.last_weights().defined()) maps.emplace_back(name, mean(a.last_weights(), 1));  // average heads
+      if (a.last_weights().defined()) maps.emplace_back(name, a.last_weights());  // [B, H, Tq, Tk]
     };
     for (size_t l = 0; l < encoder_.size(); ++l) add_map("encoder.layers." + std::to_string(l) + ".self_attn", *encoder_[l]->self_attn);
     for (size_t l = 0; l < decoder_.size(); ++l) {

@@ -1,9 +1,13 @@
 // `tapegrad attention`: attention heatmaps of a checkpoint on one input, as a PNG (cairo) and as text.
 //
 // The model decodes the input greedily, then re-reads (source, its own output) teacher-forced with
-// attention kept, so every map has one row per output token (+ <eos>) and one column per key. For the
-// Transformer each layer's self- and cross-attention is drawn, averaged over heads; for the attention
-// RNN the decoder's attention over encoder states.
+// attention kept, so every decoder map has one row per output token (+ <eos>) and one column per key:
+// the source for cross-attention, <bos> + the output prefix for decoder self-attention. For the
+// Transformer each layer's encoder self-, decoder self- and cross-attention is drawn, averaged over
+// heads (--heads mean) or one panel per head (--heads each); --layer keeps one layer. The attention
+// RNN has a single attention over the encoder states (one head, so `each` equals `mean`). The PNG
+// has one row of panels per attention and one panel per head, and a colour scale for the weights
+// (0 to 1, the same for every panel so they can be compared); the text output uses ten shades.
 #include <cairo.h>
 
 #include <algorithm>
@@ -20,82 +24,207 @@ namespace {
 
 struct Panel {
   std::string title;
+  std::string axes;                     // what the rows and columns are
   std::vector<std::string> rows, cols;  // query and key labels
   std::vector<double> weights;          // rows x cols
 };
 
-void draw_png(const std::vector<Panel>& panels, const std::string& path) {
-  constexpr double kCell = 22, kLabel = 40, kTitle = 24, kGap = 30;
-  double width = kGap, height = kGap;
-  for (const Panel& p : panels) {
-    width = std::max(width, kGap + kLabel + kCell * double(p.cols.size()) + kGap);
-    height += kTitle + kLabel + kCell * double(p.rows.size()) + kGap;
+// One attention of the model (one module), split into panels: one per head, or one for the mean.
+struct PanelRow {
+  std::vector<Panel> panels;
+};
+
+// Ten shades for the text rendering; weight w gets shade floor(10 w), 1 itself the darkest.
+constexpr const char* kShades[] = {" ", ".", ":", "-", "=", "+", "*", "#", "%", "@"};
+int shade_index(double w) {
+  return std::clamp(int(std::floor(w * 10)), 0, 9);
+}
+
+// PNG layout, in pixels.
+constexpr double kCell = 22, kLabel = 40, kTitle = 38, kGap = 30, kLegendBar = 18, kLegendHeight = 200,
+                 kLegendWidth = 100;
+
+void set_weight_colour(cairo_t* cr, double w) {
+  w = std::clamp(w, 0.0, 1.0);
+  cairo_set_source_rgb(cr, 1 - w, 1 - 0.55 * w, 1 - 0.2 * w);  // white -> dark blue
+}
+
+double panel_height(const Panel& p) {
+  return kTitle + kLabel + kCell * double(p.rows.size()) + kGap;
+}
+
+// A vertical bar from weight 0 (bottom) to 1 (top), its values beside it, at (x, y).
+void draw_legend(cairo_t* cr, double x, double y) {
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  cairo_set_font_size(cr, 12);
+  cairo_move_to(cr, x, y + 16);
+  cairo_show_text(cr, "weight");
+  const double top = y + kTitle, steps = 100;
+  for (int i = 0; i < int(steps); ++i) {
+    set_weight_colour(cr, 1 - (i + 0.5) / steps);
+    cairo_rectangle(cr, x, top + kLegendHeight * i / steps, kLegendBar, kLegendHeight / steps + 0.5);
+    cairo_fill(cr);
   }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  cairo_set_line_width(cr, 1);
+  cairo_rectangle(cr, x + 0.5, top + 0.5, kLegendBar, kLegendHeight);
+  cairo_stroke(cr);
+  for (const double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const double ty = top + kLegendHeight * (1 - v);
+    cairo_move_to(cr, x + kLegendBar, ty + 0.5);
+    cairo_line_to(cr, x + kLegendBar + 5, ty + 0.5);
+    cairo_stroke(cr);
+    char text[16];
+    std::snprintf(text, sizeof text, "%g", v);
+    cairo_move_to(cr, x + kLegendBar + 8, ty + 4);
+    cairo_show_text(cr, text);
+  }
+}
+
+void draw_png(const std::vector<PanelRow>& grid, const std::string& path) {
+  // A scratch surface measures the titles, so a panel is at least as wide as its title.
+  cairo_surface_t* scratch = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
+  cairo_t* measure = cairo_create(scratch);
+  cairo_select_font_face(measure, "monospace", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_font_size(measure, 13);
+  std::vector<double> strides;  // the width of one panel of each row, gap included
+  double width = 0, height = kGap;
+  for (const PanelRow& row : grid) {
+    double w = kLabel + kCell * double(row.panels[0].cols.size());
+    for (const Panel& p : row.panels) {
+      cairo_text_extents_t e;
+      cairo_text_extents(measure, p.title.c_str(), &e);
+      w = std::max(w, e.x_advance);
+    }
+    strides.push_back(w + kGap);
+    width = std::max(width, kGap + strides.back() * double(row.panels.size()));
+    height += panel_height(row.panels[0]);
+  }
+  cairo_destroy(measure);
+  cairo_surface_destroy(scratch);
+  const double legend_x = width;
+  width += kLegendWidth;
+  height = std::max(height, kGap + kTitle + kLegendHeight + kGap);
+
   cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, int(width), int(height));
   cairo_t* cr = cairo_create(surface);
   cairo_set_source_rgb(cr, 1, 1, 1);
   cairo_paint(cr);
   cairo_select_font_face(cr, "monospace", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   double y0 = kGap;
-  for (const Panel& p : panels) {
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_set_font_size(cr, 14);
-    cairo_move_to(cr, kGap, y0 + 16);
-    cairo_show_text(cr, p.title.c_str());
-    const double gx = kGap + kLabel, gy = y0 + kTitle + kLabel;
-    cairo_set_font_size(cr, 12);
-    for (size_t c = 0; c < p.cols.size(); ++c) {  // key labels on top
-      cairo_move_to(cr, gx + kCell * double(c) + 6, gy - 8);
-      cairo_show_text(cr, p.cols[c].c_str());
-    }
-    for (size_t r = 0; r < p.rows.size(); ++r) {
+  for (size_t r = 0; r < grid.size(); ++r) {
+    for (size_t h = 0; h < grid[r].panels.size(); ++h) {
+      const Panel& p = grid[r].panels[h];
+      const double x0 = kGap + strides[r] * double(h);
       cairo_set_source_rgb(cr, 0, 0, 0);
-      cairo_move_to(cr, kGap, gy + kCell * double(r) + 15);
-      cairo_show_text(cr, p.rows[r].c_str());
-      for (size_t c = 0; c < p.cols.size(); ++c) {
-        const double w = std::clamp(p.weights[r * p.cols.size() + c], 0.0, 1.0);
-        cairo_set_source_rgb(cr, 1 - w, 1 - 0.55 * w, 1 - 0.2 * w);  // white -> dark blue
-        cairo_rectangle(cr, gx + kCell * double(c), gy + kCell * double(r), kCell - 1, kCell - 1);
-        cairo_fill(cr);
+      cairo_set_font_size(cr, 13);
+      cairo_move_to(cr, x0, y0 + 14);
+      cairo_show_text(cr, p.title.c_str());
+      cairo_set_source_rgb(cr, 0.35, 0.35, 0.35);
+      cairo_set_font_size(cr, 10);
+      cairo_move_to(cr, x0, y0 + 29);
+      cairo_show_text(cr, p.axes.c_str());
+      const double gx = x0 + kLabel, gy = y0 + kTitle + kLabel;
+      cairo_set_source_rgb(cr, 0, 0, 0);
+      cairo_set_font_size(cr, 12);
+      for (size_t c = 0; c < p.cols.size(); ++c) {  // key labels on top
+        cairo_move_to(cr, gx + kCell * double(c) + 6, gy - 8);
+        cairo_show_text(cr, p.cols[c].c_str());
+      }
+      for (size_t q = 0; q < p.rows.size(); ++q) {
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, x0, gy + kCell * double(q) + 15);
+        cairo_show_text(cr, p.rows[q].c_str());
+        for (size_t c = 0; c < p.cols.size(); ++c) {
+          set_weight_colour(cr, p.weights[q * p.cols.size() + c]);
+          cairo_rectangle(cr, gx + kCell * double(c), gy + kCell * double(q), kCell - 1, kCell - 1);
+          cairo_fill(cr);
+        }
       }
     }
-    y0 += kTitle + kLabel + kCell * double(p.rows.size()) + kGap;
+    y0 += panel_height(grid[r].panels[0]);
   }
+  draw_legend(cr, legend_x, kGap);
   cairo_destroy(cr);
   const cairo_status_t st = cairo_surface_write_to_png(surface, path.c_str());
   cairo_surface_destroy(surface);
   if (st != CAIRO_STATUS_SUCCESS) throw IoError(path + ": cannot write PNG: " + cairo_status_to_string(st));
 }
 
-void print_text(const Panel& p) {
-  static const char* kShades[] = {" ", ".", ":", "-", "=", "+", "*", "#", "%", "@"};
-  std::printf("%s\n      ", p.title.c_str());
+void print_scale() {
+  std::printf("scale: each shade covers 0.1 of weight:");
+  for (int k = 0; k < 10; ++k) std::printf(" '%s'=%.1f", kShades[k], k / 10.0);
+  std::printf("-1\n\n");
+}
+
+void print_text(const Panel& p, bool values) {
+  std::printf("%s\n  (%s)\n      ", p.title.c_str(), p.axes.c_str());
   for (const auto& c : p.cols) std::printf("%-2s", c.substr(0, 2).c_str());
   std::printf("\n");
   for (size_t r = 0; r < p.rows.size(); ++r) {
     std::printf("%5s ", p.rows[r].substr(0, 5).c_str());
-    for (size_t c = 0; c < p.cols.size(); ++c) {
-      const double w = std::clamp(p.weights[r * p.cols.size() + c], 0.0, 1.0);
-      std::printf("%s ", kShades[std::min(9, int(w * 9.999))]);
-    }
+    for (size_t c = 0; c < p.cols.size(); ++c)
+      std::printf("%s ", kShades[shade_index(p.weights[r * p.cols.size() + c])]);
     std::printf("\n");
   }
+  if (!values) return;
+  std::printf("  values:\n");
+  for (size_t r = 0; r < p.rows.size(); ++r) {
+    std::printf("%5s", p.rows[r].substr(0, 5).c_str());
+    for (size_t c = 0; c < p.cols.size(); ++c) std::printf(" %.4f", p.weights[r * p.cols.size() + c]);
+    std::printf("\n");
+  }
+}
+
+// What a module name says about its attention: "encoder.layers.1.self_attn" is layer 1's encoder
+// self-attention; the attention RNN's "decoder.attention" has no layers (layer 0).
+struct MapKind {
+  int64_t layer = 0;
+  bool layered = false, encoder = false, self = false;
+  std::string label;
+};
+
+MapKind map_kind(const std::string& name) {
+  MapKind k;
+  k.encoder = name.rfind("encoder", 0) == 0;
+  k.self = name.find("self_attn") != std::string::npos;
+  const std::string marker = ".layers.";
+  const size_t at = name.find(marker);
+  if (at == std::string::npos) {
+    k.label = "decoder attention";
+    return k;
+  }
+  k.layered = true;
+  k.layer = std::stoll(name.substr(at + marker.size()));
+  k.label = "layer " + std::to_string(k.layer) + " " +
+            (k.self ? (k.encoder ? "encoder self-attention" : "decoder self-attention") : "cross-attention");
+  return k;
 }
 
 }  // namespace
 
 Runner add_attention(CLI::App& app) {
   struct Args {
-    std::string checkpoint, input, out = "attention.png";
+    std::string checkpoint, input, out = "attention.png", heads = "mean";
+    int64_t layer = 0;
+    bool values = false;
   };
   auto a = std::make_shared<Args>();
-  auto* sub = app.add_subcommand("attention",
-                                 "Draw the attention maps of a checkpoint on one input (PNG + text).\n"
-                                 "Example: tapegrad attention --checkpoint runs/rev --out rev.png abcdef");
+  auto* sub =
+      app.add_subcommand("attention",
+                         "Draw the attention maps of a checkpoint on one input (PNG + text).\n"
+                         "Example: tapegrad attention --checkpoint runs/rev --heads each --layer 0 abcdef");
   sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
   sub->add_option("--out", a->out, "PNG file to write")->capture_default_str();
+  sub->add_option("--heads", a->heads,
+                  "mean: heads averaged, one panel per attention; each: one panel per head")
+      ->check(CLI::IsMember({"mean", "each"}))
+      ->capture_default_str();
+  CLI::Option* layer_opt =
+      sub->add_option("--layer", a->layer, "Show only this layer (0-based); default: all layers");
+  sub->add_flag("--values", a->values, "Also print every weight as a number (4 decimals)");
   sub->add_option("input", a->input, "The source line")->required();
-  return [a] {
+  return [a, layer_opt] {
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
     const data::Tokenization tok = m.options.tokenization;
     const auto src_tokens = data::tokenize(a->input, tok);
@@ -108,29 +237,61 @@ Runner add_attention(CLI::App& app) {
       NoGrad no_grad;
       m.model->logits(data::make_batch({{src, out}}));
     }
-    // Column labels are one cell wide: <bos> is shown as ^, <eos> as $.
+    m.model->keep_attention(false);
+    const bool each = a->heads == "each";
+    const auto maps = each ? m.model->attention_head_maps() : m.model->attention_maps();
+    if (maps.empty())
+      throw Error("attention: this model (" + std::string(models::model_name(m.model->config().kind)) +
+                  ") has no attention to show");
+    int64_t layers = 0;
+    for (const auto& map : maps) layers = std::max(layers, map_kind(map.first).layer + 1);
+    const bool one_layer = layer_opt->count() > 0;
+    if (one_layer && (a->layer < 0 || a->layer >= layers))
+      throw Error("--layer " + std::to_string(a->layer) + ": expected a layer in [0, " +
+                  std::to_string(layers - 1) + "] (this model's attention has " + std::to_string(layers) +
+                  " layer" + (layers == 1 ? "" : "s") + ")");
+
+    // Labels are one cell wide: <bos> is shown as ^, <eos> as $.
     std::vector<std::string> src_labels = src_tokens, in_labels{"^"}, out_labels;
     for (int32_t id : out) in_labels.push_back(m.vocab.token(id)), out_labels.push_back(m.vocab.token(id));
     out_labels.push_back("$");
-    std::vector<Panel> panels;
-    for (const auto& [name, map] : m.model->attention_maps()) {
-      Panel p;
-      p.title = name;
-      const bool self = name.find("self_attn") != std::string::npos;
-      const bool encoder = name.rfind("encoder", 0) == 0;
-      p.rows = encoder ? src_labels : out_labels;  // a decoder query at step t predicts output token t
-      p.cols = self ? (encoder ? src_labels : in_labels) : src_labels;
-      p.weights = map.to_vector();
-      if (p.weights.size() != p.rows.size() * p.cols.size())
+    std::vector<PanelRow> grid;
+    for (const auto& [name, map] : maps) {
+      const MapKind kind = map_kind(name);
+      if (one_layer && kind.layer != a->layer) continue;
+      Panel base;
+      base.rows =
+          kind.encoder ? src_labels : out_labels;  // a decoder query at step t predicts output token t
+      base.cols = kind.self ? (kind.encoder ? src_labels : in_labels) : src_labels;
+      base.axes = kind.encoder ? "rows: source, columns: source"
+                               : (kind.self ? "rows: output + $, columns: ^ + output prefix"
+                                            : "rows: output + $, columns: source");
+      // each: [1, H, Tq, Tk]; mean: [1, Tq, Tk], one panel.
+      const int64_t heads = each ? map.size(1) : 1, cells = int64_t(base.rows.size() * base.cols.size());
+      if (map.size(0) != 1 || map.numel() != heads * cells)
         throw Error("attention: map " + name + " has shape " + to_string(map.shape()) + ", expected " +
-                    std::to_string(p.rows.size()) + "x" + std::to_string(p.cols.size()));
-      panels.push_back(std::move(p));
+                    (each ? "[1, H, " : "[1, ") + std::to_string(base.rows.size()) + ", " +
+                    std::to_string(base.cols.size()) + "]");
+      const std::vector<double> w = map.to_vector();
+      PanelRow row;
+      for (int64_t h = 0; h < heads; ++h) {
+        Panel p = base;
+        if (!kind.layered)
+          p.title = kind.label + (each ? ", its one head (each = mean)" : ", one head");
+        else
+          p.title = kind.label + (each ? ", head " + std::to_string(h) + " of " + std::to_string(heads)
+                                       : ", mean of " + std::to_string(m.model->config().heads) + " heads");
+        p.weights.assign(w.begin() + h * cells, w.begin() + (h + 1) * cells);
+        row.panels.push_back(std::move(p));
+      }
+      grid.push_back(std::move(row));
     }
-    if (panels.empty()) throw Error("attention: this model (" + std::string(models::model_name(m.model->config().kind)) +
-                                    ") has no attention to show");
-    std::printf("input:  %s\noutput: %s\n\n", a->input.c_str(), data::detokenize(m.vocab.decode(out), tok).c_str());
-    for (const Panel& p : panels) print_text(p), std::printf("\n");
-    draw_png(panels, a->out);
+    std::printf("input:  %s\noutput: %s\n", a->input.c_str(),
+                data::detokenize(m.vocab.decode(out), tok).c_str());
+    print_scale();
+    for (const PanelRow& row : grid)
+      for (const Panel& p : row.panels) print_text(p, a->values), std::printf("\n");
+    draw_png(grid, a->out);
     std::printf("wrote %s\n", a->out.c_str());
     return 0;
   };

@@ -91,9 +91,12 @@ class Seq2Seq : public nn::Module {
   virtual Tensor next_token_log_probs(const std::vector<int32_t>& src,
                                       const std::vector<std::vector<int32_t>>& prefixes) = 0;
   // Attention weights of the last forward pass (for heatmaps), when kept: see keep_attention.
+  // Off by default; training never stores them.
   virtual void keep_attention(bool on) = 0;
-  // Named attention maps, each [B, Tq, Tk] (averaged over heads for the Transformer).
-  virtual std::vector<std::pair<std::string, Tensor>> attention_maps() const = 0;
+  // Named attention maps per head, each [B, H, Tq, Tk] (H = 1 for the attention RNN's single attention).
+  virtual std::vector<std::pair<std::string, Tensor>> attention_head_maps() const = 0;
+  // The same maps averaged over heads, each [B, Tq, Tk].
+  std::vector<std::pair<std::string, Tensor>> attention_maps() const;
 
   const ModelConfig& config() const { return config_; }
   // The model's own generator (dropout masks), saved in checkpoints so a resume is exact.
