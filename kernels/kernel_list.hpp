@@ -169,3 +169,10 @@ TG_KERNEL(void, adam_update, (int64_t n, T* param, const T* grad, T* m, T* v, co
 // written as 0/1 (reference only).
 TG_KERNEL(void, dropout, (int64_t n, const T* x, double p, uint64_t seed, T* y, uint8_t* mask),
           (n, x, p, seed, y, mask))
+
+// ---------------------------------------------------------------------------------------------
+// Measurement, not compute: `iterations` rounds of independent multiply-adds on this ISA's widest
+// registers (enough chains in flight to fill every FMA unit), written to sink[0] so they cannot be
+// optimised away. Returns the floating-point operations done, 2 per lane per multiply-add. What
+// runtime::peak_gflops times.
+TG_KERNEL(double, fma_loop, (int64_t iterations, T* sink), (iterations, sink))

@@ -4,6 +4,11 @@
 // The instruction set: at first use we ask xsimd which ones the CPU has and honour TAPEGRAD_ARCH,
 // which may only lower the choice; set_isa rebuilds the dispatch tables (kernels/dispatch.cpp).
 // Threads: TAPEGRAD_THREADS or the OpenMP default until set_num_threads. Caches: read from sysfs.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+
 #include "kernels/runtime.hpp"
 
 #include <omp.h>
@@ -15,6 +20,7 @@
 #include <string>
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/kernels.hpp"
 #include "kernels/table.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/runtime.hpp"
@@ -173,6 +179,30 @@ void set_isa(const std::string& name) {
 CacheSizes cache_sizes() {
   const kernels::CacheInfo& c = kernels::cache_info();
   return {c.l1d, c.l2, c.l3};
+}
+
+double peak_gflops() {
+  static std::mutex guard;
+  static std::map<std::string, double> measured;  // per instruction set
+  const std::lock_guard<std::mutex> lock(guard);
+  const std::string isa = active_isa();
+  if (auto it = measured.find(isa); it != measured.end()) return it->second;
+  float sink = 0;
+  double best = 0;
+  int64_t iterations = 1 << 16;
+  for (int run = 0; run < 9; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double flops = kernels::fma_loop<float>(iterations, &sink);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < 4e-3) {  // too short to time well: grow the loop and do not count this run
+      iterations *= 4;
+      --run;
+      continue;
+    }
+    best = std::max(best, flops / s * 1e-9);
+  }
+  measured[isa] = best;
+  return best;
 }
 
 }  // namespace tapegrad::runtime

@@ -15,6 +15,7 @@ struct Stats {
   int64_t bytes_cached = 0;     // on free lists
   int64_t os_allocations = 0;   // blocks ever requested from the OS
   int64_t cache_hits = 0;       // allocations served from a free list
+  int64_t peak_bytes_in_use = 0;  // high-water mark of bytes_in_use since reset_peak()
 };
 
 // Returns a block of at least `bytes` (>= 1) and writes its capacity (the size class). Throws
@@ -28,6 +29,8 @@ void release(void* ptr, int64_t capacity) noexcept;
 // `ulimit -v`) when that is lower. Read once per process.
 int64_t machine_limit_bytes();
 Stats stats();
+// Starts a new high-water mark at the current bytes_in_use (what the tape instrument measures a step by).
+void reset_peak();
 // Gives every cached block back to the OS.
 void empty_cache();
 

@@ -30,4 +30,10 @@ struct CacheSizes {
 };
 CacheSizes cache_sizes();
 
+// This machine's float32 multiply-add peak on one core with the active instruction set, in GFLOP/s:
+// measured (not assumed) at first use by timing the FMA loop (kernels fma_loop) for about 20 ms on
+// the calling thread, best of several runs; cached per instruction set for the process. What the
+// profile and the training benchmark report efficiency against.
+double peak_gflops();
+
 }  // namespace tapegrad::runtime

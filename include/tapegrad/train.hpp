@@ -54,6 +54,7 @@ struct TrainOptions {
   std::string out_dir;            // empty: no checkpoints or CSV
   std::string resume_dir;
   bool overwrite = false;         // out_dir may hold a checkpoint, which this run replaces (not saved)
+  bool detect_anomaly = false;    // AnomalyMode around every step (not saved)
   // The options the user gave explicitly, as the command line spells them ("--d-model"): on
   // --resume, each must agree with the checkpoint unless it is one that may change (not saved).
   std::set<std::string> given;
@@ -116,7 +117,9 @@ struct StepResult {
   double loss = 0, lr = 0;
   double grad_norm = 0;   // global L2 norm before clipping
   int64_t tokens = 0;     // target tokens in the batch
-  double seconds = 0;     // wall time of the step
+  double seconds = 0;     // wall time of the step, split into:
+  double forward_seconds = 0, backward_seconds = 0;  // loss; backward
+  double update_seconds = 0;  // clipping, the optimizer update and zeroing the gradients
 };
 
 // One training step, the only place a step is written: sets the learning rate of `step`, computes

@@ -492,4 +492,19 @@ void dropout(int64_t n, const T* x, double p, uint64_t seed, T* y, uint8_t* mask
   }
 }
 
+// Eight scalar chains of acc = acc * a + b.
+template <class T>
+double fma_loop(int64_t iterations, T* sink) {
+  constexpr int kChains = 8;
+  T acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = T(1) + T(j) * T(1e-3);
+  const T a = T(0.999999), b = T(1e-7);
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = acc[j] * a + b;
+  T total = 0;
+  for (int j = 0; j < kChains; ++j) total += acc[j];
+  sink[0] = total;
+  return 2.0 * kChains * double(iterations);
+}
+
 }  // namespace tapegrad::kernels::ref

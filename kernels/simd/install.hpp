@@ -16,6 +16,7 @@
 //   optim.hpp        Adam / AdamW
 //   attention.hpp    additive attention scores and their backward
 //   gru.hpp          GRU cell gates and their backward
+//   peak.hpp         the FMA loop behind the measured peak
 #pragma once
 
 #include <type_traits>
@@ -27,6 +28,7 @@
 #include "kernels/simd/indexing.hpp"
 #include "kernels/simd/norm.hpp"
 #include "kernels/simd/optim.hpp"
+#include "kernels/simd/peak.hpp"
 #include "kernels/simd/reduce.hpp"
 #include "kernels/simd/softmax.hpp"
 #include "kernels/table.hpp"

@@ -84,6 +84,7 @@ void* allocate(int64_t bytes, int64_t* capacity) {
       head = next_of(p);
       c.stats.bytes_cached -= cap;
       c.stats.bytes_in_use += cap;
+      c.stats.peak_bytes_in_use = std::max(c.stats.peak_bytes_in_use, c.stats.bytes_in_use);
       ++c.stats.cache_hits;
       *capacity = cap;
       return p;
@@ -98,6 +99,7 @@ void* allocate(int64_t bytes, int64_t* capacity) {
   if (!p) throw OutOfMemory("out of memory: cannot allocate " + format_bytes(double(cap)));
   std::lock_guard lock(c.mu);
   c.stats.bytes_in_use += cap;
+  c.stats.peak_bytes_in_use = std::max(c.stats.peak_bytes_in_use, c.stats.bytes_in_use);
   ++c.stats.os_allocations;
   *capacity = cap;
   return p;
@@ -118,6 +120,12 @@ Stats stats() {
   Cache& c = cache();
   std::lock_guard lock(c.mu);
   return c.stats;
+}
+
+void reset_peak() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  c.stats.peak_bytes_in_use = c.stats.bytes_in_use;
 }
 
 void empty_cache() {

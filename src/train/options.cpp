@@ -41,7 +41,7 @@ void require_real(double v, double lo, double hi, bool hi_open, const std::strin
 }  // namespace
 
 void TrainOptions::validate() const {
-  require(std::isfinite(lr) && lr > 0 && lr <= 1e3, "--lr", number(lr), "a finite number in (0, 1000]");
+  require(std::isfinite(lr) && lr > 0, "--lr", number(lr), "a finite number above 0");
   require_int(steps, 0, int64_t(1) << 40, "--steps");
   require_int(batch_size, 1, int64_t(1) << 20, "--batch-size");
   require_int(warmup, 0, int64_t(1) << 40, "--warmup");

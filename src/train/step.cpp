@@ -45,12 +45,14 @@ StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const
   optimizer.set_lr(r.lr);
   const Tensor loss = model.loss(batch, recipe.label_smoothing);
   r.loss = loss.item();
+  const auto t_forward = std::chrono::steady_clock::now();
   if (!std::isfinite(r.loss)) {
     optimizer.zero_grad();
     throw NonFiniteError("step " + std::to_string(step) + ": the loss is " + show(r.loss) +
                          "; training stopped before this step's update");
   }
   backward(loss);
+  const auto t_backward = std::chrono::steady_clock::now();
   r.grad_norm = optim::clip_grad_norm(model.parameters(), recipe.clip_norm);
   if (!std::isfinite(r.grad_norm)) {
     const std::string where = first_nonfinite(model.named_parameters(), /*of_grads=*/true);
@@ -61,7 +63,11 @@ StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const
   }
   optimizer.step();
   optimizer.zero_grad();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t_end = std::chrono::steady_clock::now();
+  r.seconds = std::chrono::duration<double>(t_end - t0).count();
+  r.forward_seconds = std::chrono::duration<double>(t_forward - t0).count();
+  r.backward_seconds = std::chrono::duration<double>(t_backward - t_forward).count();
+  r.update_seconds = std::chrono::duration<double>(t_end - t_backward).count();
   return r;
 }
 

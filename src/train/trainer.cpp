@@ -4,12 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
+#include "tapegrad/instruments.hpp"
 #include "tapegrad/io.hpp"
 #include "tapegrad/ops.hpp"
 #include "tapegrad/train.hpp"
@@ -99,6 +101,7 @@ TrainOptions resumed_options(const TrainOptions& saved, const TrainOptions& requ
   o.out_dir = requested.out_dir.empty() ? requested.resume_dir : requested.out_dir;
   o.resume_dir = requested.resume_dir;
   o.overwrite = requested.overwrite;
+  o.detect_anomaly = requested.detect_anomaly;
   o.given = requested.given;
   return o;
 }
@@ -271,9 +274,12 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   };
   s.model->train();
   const auto t_start = std::chrono::steady_clock::now();
+  std::optional<AnomalyMode> anomaly;  // checks every op output and gradient of every step
+  if (o.detect_anomaly) anomaly.emplace();
   while (s.step < o.steps) {
     StepResult r;
     try {
+      if (anomaly) anomaly->set_step(s.step + 1);
       r = train_step(s, s.batch_for_step(s.step + 1));
     } catch (const NonFiniteError& e) {
       if (!run) throw;

@@ -943,6 +943,37 @@ TEST_CASE("tapegrad::runtime sets and reports the kernels' threads and instructi
   CHECK(c.l3 == k::cache_info().l3);
 }
 
+TEST_CASE("the measured FMA peak is within the FMA loop's own theory for each instruction set",
+          "[kernels][runtime][peak]") {
+  namespace rt = tapegrad::runtime;
+  Config restore(k::active_isa(), k::num_threads());
+  // Theory per core: 2 FLOPs x lanes x FMA units (1-2) x clock (0.8-6 GHz); the scalar reference is
+  // eight scalar chains, so one lane. The bounds are wide on purpose: they catch a loop the compiler
+  // removed (far above) or one that runs at a fraction of a lane per cycle (far below), not a
+  // particular machine's clock.
+  const std::vector<std::pair<std::string, double>> lanes = {{"scalar", 1}, {"sse2", 4}, {"avx2", 8}, {"avx512", 16}};
+  for (const auto& name : rt::available_isas()) {
+    CAPTURE(name);
+    rt::set_isa(name);
+    double l = 0;
+    for (const auto& [n, w] : lanes)
+      if (n == name) l = w;
+    REQUIRE(l > 0);
+    const double peak = rt::peak_gflops();
+    CHECK(peak >= 2 * l * 0.8 * (name == "scalar" ? 0.25 : 1.0));
+    CHECK(peak <= 2 * l * 2 * 6);
+    CHECK(rt::peak_gflops() == peak);  // cached
+  }
+  // Wider vectors measure faster: the loop really runs on the ISA's registers.
+  const auto names = rt::available_isas();
+  if (std::find(names.begin(), names.end(), std::string("avx2")) != names.end()) {
+    rt::set_isa("sse2");
+    const double sse2 = rt::peak_gflops();
+    rt::set_isa("avx2");
+    CHECK(rt::peak_gflops() > 1.5 * sse2);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Thread-count independence of everything that reduces across rows or blocks.
 

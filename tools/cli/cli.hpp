@@ -25,6 +25,7 @@ Runner add_plot(CLI::App& app);
 // Each names the option and its range, e.g. "--beam 0: expected an integer in [1, 64]".
 CLI::Validator int_range(int64_t lo, int64_t hi);
 CLI::Validator finite_range(double lo, double hi, bool hi_open = false);
+CLI::Validator positive_number();  // finite and > 0
 // An exact unsigned 64-bit integer (no sign, no rounding, no saturation), for seeds.
 uint64_t parse_u64(const std::string& option, const std::string& text);
 // Adds a --seed option read as an exact unsigned 64-bit integer into `*seed`.

@@ -49,6 +49,17 @@ CLI::Validator finite_range(double lo, double hi, bool hi_open) {
       range);
 }
 
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool ok = !text.empty() && *end == '\0' && std::isfinite(v) && v > 0;
+        return ok ? "" : text + ": expected a finite number above 0";
+      },
+      "a finite number above 0");
+}
+
 uint64_t parse_u64(const std::string& option, const std::string& text) {
   const std::string expected = option + " " + text + ": expected an integer in [0, 18446744073709551615]";
   if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)

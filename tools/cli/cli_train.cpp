@@ -54,6 +54,9 @@ Runner add_train(CLI::App& app) {
       "Continue training from this checkpoint directory, with its options; only " + resumable +
           " may be given differently (--out DIR continues into DIR, leaving the original as it is)");
   sub->add_flag("--overwrite", o.overwrite, "Replace the checkpoint already in --out (refused otherwise)");
+  sub->add_flag("--detect-anomaly", o.detect_anomaly,
+                "Check every op's output and every gradient for NaN/Inf; stop at the first, naming the op and "
+                "tape entry (slower)");
   sub->add_option("--eval-every", o.eval_every, "Validate every N steps (0: only at the end)")
       ->capture_default_str()
       ->check(int_range(0, INT64_MAX));

@@ -34,7 +34,7 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
       ->capture_default_str()
       ->check(int_range(1, 1 << 20));
   sub->add_option("--optimizer", o.optimizer, "adamw | adam | sgd")->capture_default_str();
-  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(finite_range(1e-30, 1e3));
+  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(positive_number());
   sub->add_option("--schedule", a.schedule, "constant | inverse_sqrt | cosine")->capture_default_str();
   sub->add_option("--warmup", o.warmup, "Linear warm-up steps")
       ->capture_default_str()
