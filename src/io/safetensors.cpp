@@ -165,6 +165,8 @@ Json parse_json(const std::string& path, std::string_view text) {
       what = what.substr(p + 2);
     fail(path, "header is not valid JSON at file byte " + std::to_string(kLengthFieldBytes + at) +
                    " (header byte " + std::to_string(at) + "): " + what);
+  } catch (const Json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    fail(path, std::string("header is not valid JSON: ") + e.what());
   }
 }
 

@@ -48,12 +48,17 @@ const std::string& scratch_dir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string d = std::string(tmp && *tmp ? tmp : "/tmp") + "/tapegrad-fuzz-" + std::to_string(::getpid());
     std::filesystem::create_directories(d);
+    return d;
+  }();
+  // Registered after `dir` is constructed, so it runs before `dir` is destroyed.
+  static const bool cleanup_registered = [] {
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(scratch_dir(), ec);
     });
-    return d;
+    return true;
   }();
+  (void)cleanup_registered;
   return dir;
 }
 
