@@ -12,6 +12,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 SafetensorsFile load_safetensors(const std::string& path);
+// The same reader over bytes already in memory (e.g. a fuzzer's input); `name` stands for the path in
+// errors and in the result.
+SafetensorsFile load_safetensors_bytes(std::string_view bytes, const std::string& name = "<bytes>");
 
 // Writes `content` to `path` atomically: a temporary `.<name>.tmp-<pid>` in the same directory, fsync,
 // rename over `path`, fsync of the directory. On failure the temporary is removed, `path` is untouched,

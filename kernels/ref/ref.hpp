@@ -374,6 +374,7 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma,
 
 template <class T>
 void embedding(int64_t n, int64_t dim, const T* table, const int32_t* ids, T* y) {
+  if (dim == 0) return;  // then y and table may be null, and memcpy(nullptr, nullptr, 0) is undefined
   for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * dim, table + int64_t(ids[i]) * dim, sizeof(T) * dim);
 }
 

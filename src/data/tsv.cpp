@@ -31,6 +31,14 @@ bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t") == std::string::npos;
 }
 
+// Whether `tok` is the text of one of the special tokens every vocabulary starts with.
+bool spells_special(const std::string& tok) {
+  static const Vocab specials;  // only the specials
+  for (int32_t id = 0; id < int32_t(specials.size()); ++id)
+    if (tok == specials.token(id)) return true;
+  return false;
+}
+
 }  // namespace
 
 std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines) {
@@ -60,6 +68,12 @@ std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t*
     TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t), lineno};
     if (p.src.empty()) throw IoError(expected + "an empty source in " + quote_line(line));
     if (p.tgt.empty()) throw IoError(expected + "an empty target in " + quote_line(line));
+    // A word spelling a special (e.g. "<eos>") would silently become that id and end or pad the sequence.
+    for (const auto* side : {&p.src, &p.tgt})
+      for (const std::string& tok : *side)
+        if (spells_special(tok))
+          throw IoError(at + "the token '" + tok +
+                        "' is reserved (<pad>, <bos>, <eos>, <unk> are special ids)");
     pairs.push_back(std::move(p));
   }
   if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));

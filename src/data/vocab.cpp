@@ -84,7 +84,7 @@ Vocab Vocab::from_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw IoError(std::string("vocab json: not valid JSON: ") + e.what());
   }
   if (!j.is_array())

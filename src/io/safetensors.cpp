@@ -166,6 +166,8 @@ Json parse_json(const std::string& path, std::string_view text) {
       what = what.substr(p + 2);
     fail(path, "header is not valid JSON at file byte " + std::to_string(kLengthFieldBytes + at) +
                    " (header byte " + std::to_string(at) + "): " + what);
+  } catch (const Json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    fail(path, std::string("header is not valid JSON: ") + e.what());
   }
 }
 
@@ -375,19 +377,15 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   write_file_atomic_chunks(path, chunks);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(::fileno(file.get()), &st) != 0)
-    fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
-  const uint64_t size = uint64_t(st.st_size);
+namespace {
 
+// Reads a whole safetensors file of `size` bytes from `file`, positioned at its first byte; `path`
+// names it in errors.
+SafetensorsFile read_safetensors(const std::string& path, std::FILE* file, uint64_t size) {
   if (size < kLengthFieldBytes)
     fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length field");
   unsigned char field[kLengthFieldBytes];
-  read_exact(path, file.get(), reinterpret_cast<char*>(field), kLengthFieldBytes, 0, "the header length");
+  read_exact(path, file, reinterpret_cast<char*>(field), kLengthFieldBytes, 0, "the header length");
   uint64_t n = 0;
   for (size_t i = 0; i < kLengthFieldBytes; ++i) n |= uint64_t(field[i]) << (8 * i);
   if (n == 0) fail(path, "header length (file bytes 0..8) is 0; expected the byte length of a JSON object");
@@ -401,7 +399,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
                    " available after the length field)");
 
   std::string text(size_t(n), '\0');
-  read_exact(path, file.get(), text.data(), n, kLengthFieldBytes, "the JSON header");
+  read_exact(path, file, text.data(), n, kLengthFieldBytes, "the JSON header");
   // The format allows trailing spaces after the JSON, nothing else: a byte order mark or NUL padding
   // (which some JSON parsers skip or stop at) marks a file another tool must not read differently.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0)
@@ -426,10 +424,30 @@ SafetensorsFile load_safetensors(const std::string& path) {
   });
   for (size_t i : order) {
     const Entry& e = h.entries[i];
-    read_exact(path, file.get(), bytes_of(out.tensors[i].second), e.end - e.begin, data_start + e.begin,
+    read_exact(path, file, bytes_of(out.tensors[i].second), e.end - e.begin, data_start + e.begin,
                "tensor " + quoted(e.name));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(::fileno(file.get()), &st) != 0)
+    fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  return read_safetensors(path, file.get(), uint64_t(st.st_size));
+}
+
+SafetensorsFile load_safetensors_bytes(std::string_view bytes, const std::string& name) {
+  if (bytes.empty()) return read_safetensors(name, nullptr, 0);  // fmemopen refuses an empty buffer
+  // fmemopen only reads the buffer in "r" mode; the cast does not let it write.
+  std::unique_ptr<std::FILE, FileCloser> file(fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "r"));
+  if (!file) fail(name, std::string("cannot open the bytes as a stream: ") + std::strerror(errno));
+  return read_safetensors(name, file.get(), uint64_t(bytes.size()));
 }
 
 }  // namespace tapegrad::io
