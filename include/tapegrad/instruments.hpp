@@ -42,12 +42,17 @@ struct TapeRow {
 // parameters (named leaves) are not counted as saved: they live whether or not a step runs.
 class TapeRecorder : public TapeObserver {
  public:
-  TapeRecorder();
+  // `resident`: tensors that live whether or not a step runs (a model's buffers, e.g. sin/cos
+  // tables); their storages are never counted as saved, also when an entry reads a view of them.
+  explicit TapeRecorder(const std::vector<Tensor>& resident = {});
   void recorded(const Tape& tape, size_t index) override;
   void before_backward(const Tape& tape, size_t index, const Tensor& grad_output) override;
   void after_backward(const Tape& tape, size_t index) override;
 
   const std::vector<TapeRow>& rows() const { return rows_; }
+  // The allocator's bytes in use grew by this much from the recorder's construction to the last
+  // entry's recording: what forward actually kept, to compare with saved_bytes().
+  int64_t forward_growth_bytes() const { return bytes_at_last_record_ - bytes_at_start_; }
   int64_t saved_bytes() const;    // the sum of the rows'
   int64_t critical_path() const;  // the deepest row's depth
   // Graphviz DOT: one node per entry labelled op and shape, parameter leaves by name, edges for inputs.
@@ -64,6 +69,7 @@ class TapeRecorder : public TapeObserver {
   std::unordered_map<const TensorImpl*, int64_t> producer_;
   std::unordered_set<const Storage*> saved_;
   Clock::time_point last_, backward_start_;
+  int64_t bytes_at_start_ = 0, bytes_at_last_record_ = 0;
 };
 
 // FLOPs of one forward of a matmul or linear entry (2 * output elements * inner dimension); 0 for

@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.hpp"
 #include "tapegrad/error.hpp"
+#include "tapegrad/memory.hpp"
 
 namespace tapegrad {
 
@@ -102,7 +103,11 @@ std::string inputs_report(const Tape& tape, size_t index) {
 
 // ---- TapeRecorder -------------------------------------------------------------------------------
 
-TapeRecorder::TapeRecorder() : last_(Clock::now()) {}
+TapeRecorder::TapeRecorder(const std::vector<Tensor>& resident)
+    : last_(Clock::now()), bytes_at_start_(memory::stats().bytes_in_use), bytes_at_last_record_(bytes_at_start_) {
+  for (const Tensor& t : resident)
+    if (t.defined() && t.impl()->storage) saved_.insert(t.impl()->storage.get());
+}
 
 void TapeRecorder::recorded(const Tape& tape, size_t index) {
   const auto now = Clock::now();
@@ -130,6 +135,7 @@ void TapeRecorder::recorded(const Tape& tape, size_t index) {
   keep(e.output);
   producer_[e.output.impl()] = row.index;
   rows_.push_back(std::move(row));
+  bytes_at_last_record_ = memory::stats().bytes_in_use;
   last_ = Clock::now();  // the bookkeeping above is not charged to the next op
 }
 

@@ -37,6 +37,13 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out = buffers_;
+  for (const auto& [name, child] : children_)
+    for (const Tensor& t : child->buffers()) out.push_back(t);
+  return out;
+}
+
 int64_t Module::parameter_count() const {
   int64_t n = 0;
   for (auto& [name, t] : named_parameters()) n += t.numel();

@@ -14,6 +14,7 @@ using Runner = std::function<int()>;
 Runner add_info(CLI::App& app);
 Runner add_gradcheck(CLI::App& app);
 Runner add_tape(CLI::App& app);
+Runner add_profile(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_eval(CLI::App& app);
 Runner add_translate(CLI::App& app);

@@ -60,23 +60,4 @@ Runner add_gradcheck(CLI::App& app) {
   };
 }
 
-Runner add_tape(CLI::App& app) {
-  app.add_subcommand("tape", "Record one small MLP step and print its tape, then the gradient backward produced");
-  return [] {
-    Generator gen(0);
-    Tensor x = Tensor::randn({4, 3}, gen);
-    Tensor w1 = Tensor::randn({8, 3}, gen).requires_grad_(), b1 = Tensor::zeros({8}).requires_grad_();
-    Tensor w2 = Tensor::randn({2, 8}, gen).requires_grad_(), b2 = Tensor::zeros({2}).requires_grad_();
-    w1.impl()->name = "w1", b1.impl()->name = "b1", w2.impl()->name = "w2", b2.impl()->name = "b2";
-    const Tensor loss =
-        cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), Tensor::from_ids({0, 1, 1, 0}, {4}));
-    std::printf("%s", current_tape().dump().c_str());
-    std::printf("loss = %.6f\n", loss.item());
-    backward(loss);
-    std::printf("after backward: tape has %zu entries; w2.grad =\n%s\n", current_tape().size(),
-                w2.grad().to_string().c_str());
-    return 0;
-  };
-}
-
 }  // namespace tapegrad::cli

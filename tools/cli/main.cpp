@@ -7,7 +7,8 @@
 //   tapegrad experiment  measure the claims: bottleneck, long-range, positional, parallelism
 //   tapegrad plot        training curves of run directories (metrics.csv) as a PNG
 //   tapegrad gradcheck   every registered op against finite differences; exit 1 if any fails
-//   tapegrad tape        records a small MLP step and prints its tape
+//   tapegrad tape        records one training step of any model and prints its tape (DOT, JSON too)
+//   tapegrad profile     time per op over N training steps, GFLOP/s against the measured peak
 //   tapegrad info        instruction set in use, threads, cache sizes
 //
 // Errors (tapegrad::Error and bad options) become one line on stderr and exit code 2; a training run
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<CLI::App*, cli::Runner>> commands = [&] {
     std::vector<std::pair<CLI::App*, cli::Runner>> c;
     for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_experiment, cli::add_plot,
-                     cli::add_gradcheck, cli::add_tape, cli::add_info}) {
+                     cli::add_gradcheck, cli::add_tape, cli::add_profile, cli::add_info}) {
       const size_t before = app.get_subcommands({}).size();
       cli::Runner r = add(app);
       c.emplace_back(app.get_subcommands({}).at(before), std::move(r));

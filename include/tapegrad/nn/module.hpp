@@ -25,6 +25,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t parameter_count() const;
+  // Every buffer of this module and its children (constants such as sin/cos tables).
+  std::vector<Tensor> buffers() const;
   void zero_grad();
 
   // Converts every parameter and buffer in place (float32 for training, float64 for gradcheck).
