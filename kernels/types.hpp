@@ -9,7 +9,7 @@
 
 namespace tapegrad::kernels {
 
-enum class Unary { neg, exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf };
+enum class Unary { neg, exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf, softplus };
 enum class Binary { add, sub, mul, div, pow };
 
 // softmax: y = softmax(scale * x + mask) row-wise. mask is null, or an additive (mask_rows x cols)

@@ -33,6 +33,8 @@ Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { tanh, exact };
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::tanh);
+// log(1 + exp(a)) without overflow: PyTorch's F.softplus with beta = 1 (see elementwise.cpp).
+Tensor softplus(const Tensor& a);
 
 // y = where(mask != 0, value, x); mask (any dtype) broadcasts to x.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);

@@ -55,6 +55,8 @@ T unary_one(Unary op, T x) {
     case Unary::relu: return x > T(0) ? x : T(0);
     case Unary::gelu_tanh: return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kGeluCubic) * x * x * x)));
     case Unary::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    // log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|), the second term in (0, log 2]
+    case Unary::softplus: return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
   }
   return x;
 }
@@ -80,6 +82,7 @@ T unary_derivative(Unary op, T x, T y) {
     case Unary::gelu_erf:
       // d/dx x Phi(x) = Phi(x) + x phi(x)
       return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+    case Unary::softplus: return T(1) / (T(1) + std::exp(-x));  // d softplus = sigmoid(x)
   }
   return T(0);
 }

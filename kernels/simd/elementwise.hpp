@@ -95,6 +95,11 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
         map1<Arch>(i0, i1, x, y,
                    [](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2D)))); });
         break;
+      case Unary::softplus:
+        // max(x, 0) + log1p(e^-|x|), as the reference: e^-|x| <= 1 never overflows.
+        map1<Arch>(i0, i1, x, y,
+                   [](B v) { return xsimd::max(v, B(0.0f)) + xsimd::log1p(exp_full<Arch>(-xsimd::abs(v))); });
+        break;
     }
   });
 }
@@ -166,6 +171,9 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
           return B(0.5f) * (B(1.0f) + xsimd::erf(u * B(float(kInvSqrt2D)))) + u * phi;
         });
         break;
+      case Unary::softplus:
+        run([](B u, B) { return sigmoid<Arch>(u); });
+        break;  // d softplus = sigmoid(x)
     }
   });
 }

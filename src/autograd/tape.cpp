@@ -12,7 +12,7 @@ namespace tapegrad {
 namespace {
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "add", "sub", "mul", "div", "pow", "neg", "add_scalar", "mul_scalar", "pow_scalar",
-    "exp", "log", "sqrt", "abs", "tanh", "sigmoid", "relu", "gelu_tanh", "gelu_exact",
+    "exp", "log", "sqrt", "abs", "tanh", "sigmoid", "relu", "gelu_tanh", "gelu_exact", "softplus",
     "matmul", "linear", "permute", "reshape", "contiguous", "concat", "narrow",
     "sum_axis", "sum_all", "max_axis",
     "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout", "where",

@@ -146,6 +146,12 @@ Tensor gelu(const Tensor& a, GeluApprox approx) {
   return approx == GeluApprox::tanh ? unary_op(OpKind::gelu_tanh, kernels::Unary::gelu_tanh, a)
                                     : unary_op(OpKind::gelu_exact, kernels::Unary::gelu_erf, a);
 }
+// y = log(1 + e^a) = max(a, 0) + log1p(e^-|a|);  da = dy * sigmoid(a). Unlike PyTorch's default
+// threshold = 20 it never switches to y = a: the term it drops, log1p(e^-a) < 2.1e-9 for a > 20, is
+// below float32's resolution there, and float64 keeps it.
+Tensor softplus(const Tensor& a) {
+  return unary_op(OpKind::softplus, kernels::Unary::softplus, a);
+}
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_float(a, b, "where");

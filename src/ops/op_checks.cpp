@@ -58,6 +58,9 @@ std::vector<OpCheck> build() {
   add_row("relu", "[17]", {in({17}, Domain::no_kink)}, [](Inputs x) { return relu(x[0]); });
   add_row("gelu_tanh", "[3,5]", {in({3, 5})}, [](Inputs x) { return gelu(x[0], GeluApprox::tanh); });
   add_row("gelu_exact", "[3,5]", {in({3, 5})}, [](Inputs x) { return gelu(x[0], GeluApprox::exact); });
+  add_row("softplus", "[3,17]", {in({3, 17})}, [](Inputs x) { return softplus(x[0]); });
+  // inputs scaled to about +-100, where log(1 + e^x) overflows in float and e^x underflows
+  add_row("softplus", "[17]*40", {in({17})}, [](Inputs x) { return softplus(mul(x[0], 40.0)); });
   add_row("masked_fill", "[3,4] mask[1,4]", {in({3, 4}), constant({1, 4}, Domain::positive)},
           [](Inputs x) { return masked_fill(x[0], as_mask(x[1]), -2.0); });
   add_row("where", "c[3,4] [3,4] [4]", {constant({3, 4}, Domain::positive), in({3, 4}), in({4})},

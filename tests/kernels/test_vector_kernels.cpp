@@ -237,6 +237,7 @@ const std::vector<UnaryCase> kUnaryCases = {
     {k::Unary::relu, "relu", -5, 5, {0, 0}, {0, 0}},
     {k::Unary::gelu_tanh, "gelu_tanh", -6, 6, {8 * kEps, 8 * kEps}, {16 * kEps, 16 * kEps}},
     {k::Unary::gelu_erf, "gelu_erf", -6, 6, {8 * kEps, 8 * kEps}, {16 * kEps, 16 * kEps}},
+    {k::Unary::softplus, "softplus", -30, 30, {0, 4 * kEps}, {2 * kEps, 8 * kEps}},
 };
 }  // namespace
 
@@ -264,6 +265,44 @@ TEST_CASE("unary and unary_backward match the reference", "[kernels][elementwise
       check_close(dx, dx_want, Tol{uc.bwd.atol * scale + 2 * kEps, uc.bwd.rtol}, "backward");
     });
   }
+}
+
+// softplus where the naive log(1 + exp(x)) fails: exp(x) overflows float above 88.7 (and double
+// above 709), and 1 + exp(x) rounds to 1 below -17, losing the result e^x. Both the reference and the
+// dispatched kernel are checked against the naive formula evaluated in double, where it is exact
+// enough for |x| < 700 (beyond, the answer is max(x, 0) exactly), and so is the derivative sigmoid(x).
+// Results below FLT_MIN are denormals: allowed 4 of their ulps (5.6e-45) on top of the relative limit.
+TEST_CASE("softplus for large |x|: no overflow, no lost tail, against double", "[kernels][elementwise]") {
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(40000));
+  CAPTURE(n, threads);
+  const std::vector<float> edges = {0.0f,    1e-30f,   -1e-30f, 1.0f,   -1.0f,   17.0f,   -17.0f,
+                                    20.0f,   -20.0f,   30.0f,   -30.0f, 88.7f,   -88.7f,  89.0f,
+                                    -89.0f,  100.0f,   -100.0f, 103.9f, -103.9f, 1000.0f, -1000.0f,
+                                    FLT_MAX, -FLT_MAX, kInfF,   -kInfF};
+  auto x = random_vec(n, -120, 120, 21);
+  for (int64_t i = 0; i < n; i += 3) x[size_t(i)] = edges[size_t(i / 3) % edges.size()];
+  const auto dy = random_vec(n, -1, 1, 22);
+  const auto dx0 = random_vec(n, -1, 1, 23);
+  std::vector<float> y_want(static_cast<size_t>(n)), dx_want(static_cast<size_t>(n));
+  for (size_t i = 0; i < size_t(n); ++i) {
+    const double xi = x[i];
+    y_want[i] = float(std::abs(xi) < 700 ? std::log1p(std::exp(xi)) : std::max(xi, 0.0));
+    dx_want[i] = float(double(dx0[i]) + double(dy[i]) / (1 + std::exp(-xi)));
+  }
+  const Tol fwd{4 * double(FLT_TRUE_MIN), 4 * kEps}, bwd{2 * kEps, 4 * kEps};
+  std::vector<float> y_ref(static_cast<size_t>(n)), dx_ref = dx0;
+  ref::unary<float>(k::Unary::softplus, n, x.data(), y_ref.data());
+  ref::unary_backward<float>(k::Unary::softplus, n, x.data(), y_ref.data(), dy.data(), dx_ref.data());
+  check_close(y_ref, y_want, fwd, "reference forward");
+  check_close(dx_ref, dx_want, bwd, "reference backward");
+  for_each_isa(threads, [&](const std::string&) {
+    std::vector<float> y(static_cast<size_t>(n)), dx = dx0;
+    k::unary<float>(k::Unary::softplus, n, x.data(), y.data());
+    k::unary_backward<float>(k::Unary::softplus, n, x.data(), y.data(), dy.data(), dx.data());
+    check_close(y, y_want, fwd, "forward");
+    check_close(dx, dx_want, bwd, "backward");
+  });
 }
 
 TEST_CASE("affine matches the reference", "[kernels][elementwise]") {
