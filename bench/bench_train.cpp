@@ -18,7 +18,8 @@
 //                 time of a step, all threads (at 1 thread: the step's cost without waiting for a core).
 //   GFLOP/s, MFU  model FLOPs / time, with model FLOPs = 3 x the forward GEMM FLOPs (2*M*N*K each;
 //                 backward does two GEMMs per forward GEMM). Elementwise work is not counted. MFU is
-//                 against 221 GFLOP/s per core (the AVX-512 FMA peak of this machine) x threads.
+//                 against this machine's measured FMA peak per core (runtime::peak_gflops: a short FMA
+//                 loop on the active instruction set, timed at start-up) x threads.
 //   peak_rss_MiB  VmHWM of this benchmark alone (the high-water mark is reset before its model is
 //                 built); maxrss_MiB is getrusage's ru_maxrss, the whole process so far.
 //   os_allocations_per_step  blocks the caching allocator took from the OS per timed step
@@ -43,12 +44,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/data.hpp"
 #include "tapegrad/memory.hpp"
 #include "tapegrad/models/seq2seq.hpp"
 #include "tapegrad/optim.hpp"
+#include "tapegrad/runtime.hpp"
 #include "tapegrad/train.hpp"
 
 namespace {
@@ -56,7 +57,6 @@ namespace {
 using namespace tapegrad;
 
 constexpr int64_t kBatch = 64, kSrcLen = 32, kTgtLen = 32, kVocab = 32;
-constexpr double kPeakPerCore = 221e9;  // FLOP/s
 constexpr int kWarmup = 3;
 
 data::Batch fixed_batch() {
@@ -163,7 +163,7 @@ int64_t minor_faults() {
 }
 
 void train_step(benchmark::State& state, models::ModelConfig config, int threads) {
-  kernels::set_num_threads(threads);
+  runtime::set_num_threads(threads);
   memory::empty_cache();
   reset_peak_rss();
   const data::Batch batch = fixed_batch();
@@ -193,7 +193,7 @@ void train_step(benchmark::State& state, models::ModelConfig config, int threads
   const double flops = 3 * forward_flops(config);
   state.counters["tokens/s"] = benchmark::Counter(tokens * steps, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * steps * 1e-9, benchmark::Counter::kIsRate);
-  state.counters["MFU%"] = benchmark::Counter(flops * steps * 100 / (kPeakPerCore * threads), benchmark::Counter::kIsRate);
+  state.counters["MFU%"] = benchmark::Counter(flops * steps * 100 / (runtime::peak_gflops() * 1e9 * threads), benchmark::Counter::kIsRate);
   state.counters["median_ms"] = median * 1e3;
   state.counters["min_ms"] = times.empty() ? 0 : times.front() * 1e3;
   state.counters["cpu_ms"] = cpu_times.empty() ? 0 : cpu_times[cpu_times.size() / 2] * 1e3;
