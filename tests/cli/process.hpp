@@ -5,11 +5,17 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "tapegrad/io.hpp"
 
 namespace tapegrad::test {
 
@@ -59,6 +65,33 @@ inline pid_t spawn(const std::vector<std::string>& args) {
     ::_exit(127);
   }
   return pid;
+}
+
+// Width and height from a PNG's IHDR chunk, or {0, 0} when the file is not a PNG.
+inline std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<unsigned char> b(24);
+  in.read(reinterpret_cast<char*>(b.data()), 24);
+  const unsigned char sig[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (!in || !std::equal(sig, sig + 8, b.begin()) || std::string(b.begin() + 12, b.begin() + 16) != "IHDR")
+    return {0, 0};
+  auto be32 = [&](size_t at) {
+    return uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 | b[at + 3];
+  };
+  return {be32(16), be32(20)};
+}
+
+// Every parameter of two checkpoint directories' model.safetensors, bit for bit (float32).
+inline void require_same_parameters(const std::string& a_dir, const std::string& b_dir) {
+  const auto a = io::load_safetensors(a_dir + "/model.safetensors");
+  const auto b = io::load_safetensors(b_dir + "/model.safetensors");
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    CAPTURE(a.tensors[i].first);
+    const Tensor &x = a.tensors[i].second, &y = b.tensors[i].second;
+    REQUIRE(x.numel() == y.numel());
+    CHECK(std::memcmp(x.data<float>(), y.data<float>(), size_t(x.numel()) * sizeof(float)) == 0);
+  }
 }
 
 // A fresh (removed, not created) path in the temporary directory, unique to this process.

@@ -61,15 +61,7 @@ TEST_CASE("k steps + save + resume + N-k steps equals N steps bit for bit", "[cl
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK_THAT(r.out, Catch::Contains("resuming at step 3"));
-    const auto a = io::load_safetensors(straight + "/model.safetensors");
-    const auto b = io::load_safetensors(split + "/model.safetensors");
-    REQUIRE(a.tensors.size() == b.tensors.size());
-    for (size_t i = 0; i < a.tensors.size(); ++i) {
-      CAPTURE(a.tensors[i].first);
-      const Tensor &x = a.tensors[i].second, &y = b.tensors[i].second;
-      REQUIRE(x.numel() == y.numel());
-      CHECK(std::memcmp(x.data<float>(), y.data<float>(), size_t(x.numel()) * sizeof(float)) == 0);
-    }
+    tapegrad::test::require_same_parameters(straight, split);
     fs::remove_all(straight);
     fs::remove_all(split);
   }

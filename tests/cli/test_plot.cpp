@@ -10,23 +10,11 @@
 
 namespace fs = std::filesystem;
 using tapegrad::test::Run;
+using tapegrad::test::png_size;
 using tapegrad::test::run;
 
 namespace {
 
-// Width and height from a PNG's IHDR chunk, or {0, 0} when the file is not a PNG.
-std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<unsigned char> b(24);
-  in.read(reinterpret_cast<char*>(b.data()), 24);
-  const unsigned char sig[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (!in || !std::equal(sig, sig + 8, b.begin()) || std::string(b.begin() + 12, b.begin() + 16) != "IHDR")
-    return {0, 0};
-  auto be32 = [&](size_t at) {
-    return uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 | b[at + 3];
-  };
-  return {be32(16), be32(20)};
-}
 
 const std::string kTiny =
     "train --task copy --min-len 3 --max-len 5 --d-model 16 --layers 1 --heads 2 --d-ff 32 --batch-size 8 "

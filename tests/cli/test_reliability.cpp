@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using tapegrad::test::Run;
+using tapegrad::test::require_same_parameters;
 using tapegrad::test::run;
 
 std::string temp_dir(const std::string& name) {
@@ -56,18 +57,6 @@ std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
-// Every parameter of two checkpoints' model files, bit for bit.
-void require_same_parameters(const std::string& a_dir, const std::string& b_dir) {
-  const auto a = io::load_safetensors(a_dir + "/model.safetensors");
-  const auto b = io::load_safetensors(b_dir + "/model.safetensors");
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    CAPTURE(a.tensors[i].first);
-    const Tensor &x = a.tensors[i].second, &y = b.tensors[i].second;
-    REQUIRE(x.numel() == y.numel());
-    CHECK(std::memcmp(x.data<float>(), y.data<float>(), size_t(x.numel()) * sizeof(float)) == 0);
-  }
-}
 
 std::vector<std::string> temporaries_in(const std::string& dir) {
   std::vector<std::string> out;
