@@ -33,6 +33,11 @@ struct SafetensorsFile {
 // dtypes written: F32, F64, I32 (from the tensor's dtype). Names must be unique and non-empty.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+// The same file's bytes in memory (what save_safetensors writes, without the file); `name` stands for
+// the path in errors.
+std::string save_safetensors_bytes(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                   const std::map<std::string, std::string>& metadata = {},
+                                   const std::string& name = "<bytes>");
 SafetensorsFile load_safetensors(const std::string& path);
 // The same reader over bytes already in memory (e.g. a fuzzer's input); `name` stands for the path in
 // errors and in the result.

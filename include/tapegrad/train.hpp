@@ -165,6 +165,8 @@ void check_model_file(const io::SafetensorsFile& model_file, const models::Model
 // Parses the metadata strictly (format, step, options, vocab, config), runs check_model_file, then
 // builds the model and copies the parameters in (eval mode). What load_checkpoint does after reading.
 LoadedModel load_model_file(const io::SafetensorsFile& model_file);
+// load_model_file's checks alone (everything before the model is built); throws what it would throw.
+void check_model_loadable(const io::SafetensorsFile& model_file);
 // An optimizer file: format, step (digits only), generator state, finite moments (second moments >= 0).
 void check_training_state(const io::SafetensorsFile& optimizer_file);
 // Its 'generator' entry: exactly 4 comma-separated unsigned 64-bit decimal words, not all zero.

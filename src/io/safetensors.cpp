@@ -325,8 +325,25 @@ const Tensor& SafetensorsFile::get(const std::string& name) const {
                 (have.empty() ? std::string() : ": " + have) + ")");
 }
 
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A file's bytes in pieces, as the writers hand them on: the length field and header text, then each
+// tensor's data (borrowed from `bodies`, contiguous copies of views).
+struct Encoded {
+  std::string head;
+  std::vector<Tensor> bodies;
+  std::vector<std::string_view> chunks() const {
+    std::vector<std::string_view> out{head};
+    for (const Tensor& t : bodies)
+      if (t.numel() > 0) out.emplace_back(bytes_of(t), size_t(t.numel() * dtype_size(t.dtype())));
+    return out;
+  }
+};
+
+// The encoder behind both writers; `path` names the destination in errors.
+Encoded encode_safetensors(const std::string& path,
+                           const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
     const std::string which = "tensor #" + std::to_string(i);
@@ -350,13 +367,13 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                      std::to_string(std::max(order[i], order[i - 1])) + ")");
 
   // The file holds values in logical row-major order, so views are copied out first.
-  std::vector<Tensor> bodies;
+  Encoded out;
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (size_t i : order) {
     const Tensor& t = tensors[i].second;
-    bodies.push_back(t.is_contiguous() ? t : t.clone());
+    out.bodies.push_back(t.is_contiguous() ? t : t.clone());
     const uint64_t nbytes = uint64_t(t.numel() * dtype_size(t.dtype()));
     header[tensors[i].first] = {{"dtype", safetensors_dtype(t.dtype())},
                                 {"shape", t.shape().vec()},
@@ -367,14 +384,27 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   // can use F64 data in place; the format allows trailing whitespace in the header.
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  char length_field[kLengthFieldBytes];
+  out.head.resize(kLengthFieldBytes);
   for (size_t i = 0; i < kLengthFieldBytes; ++i)
-    length_field[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+    out.head[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  out.head += text;
+  return out;
+}
 
-  std::vector<std::string_view> chunks{std::string_view(length_field, kLengthFieldBytes), text};
-  for (const Tensor& t : bodies)
-    if (t.numel() > 0) chunks.emplace_back(bytes_of(t), size_t(t.numel() * dtype_size(t.dtype())));
-  write_file_atomic_chunks(path, chunks);
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_file_atomic_chunks(path, encode_safetensors(path, tensors, metadata).chunks());
+}
+
+std::string save_safetensors_bytes(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                   const std::map<std::string, std::string>& metadata,
+                                   const std::string& name) {
+  const Encoded encoded = encode_safetensors(name, tensors, metadata);  // outlives the views below
+  std::string bytes;
+  for (std::string_view chunk : encoded.chunks()) bytes += chunk;
+  return bytes;
 }
 
 namespace {

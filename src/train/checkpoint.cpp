@@ -151,20 +151,34 @@ void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& c
   for (const auto& [name, t] : f.tensors) require_finite(f, name, t, "parameter");
 }
 
-LoadedModel load_model_file(const io::SafetensorsFile& f) {
+namespace {
+
+// Everything load_model_file reads and checks before it builds the model (which stays null).
+LoadedModel parse_model_file(const io::SafetensorsFile& f) {
   require_format(f);
   LoadedModel m;
   m.step = meta_step(f);
   m.options = parse_meta(f, "options", [](const std::string& text) { return TrainOptions::from_json(text); });
   m.vocab = parse_meta(f, "vocab", [](const std::string& text) { return data::Vocab::from_json(text); });
-  const models::ModelConfig config =
+  m.options.model =
       parse_meta(f, "config", [](const std::string& text) { return models::ModelConfig::from_json(text); });
-  if (config.vocab_size != m.vocab.size())
+  if (m.options.model.vocab_size != m.vocab.size())
     throw IoError(f.path + ": the vocabulary has " + std::to_string(m.vocab.size()) +
-                  " tokens but metadata 'config' has vocab_size " + std::to_string(config.vocab_size));
-  check_model_file(f, config);
-  m.options.model = config;
-  m.model = models::make_model(config, m.options.seed);
+                  " tokens but metadata 'config' has vocab_size " +
+                  std::to_string(m.options.model.vocab_size));
+  check_model_file(f, m.options.model);
+  return m;
+}
+
+}  // namespace
+
+void check_model_loadable(const io::SafetensorsFile& f) {
+  (void)parse_model_file(f);
+}
+
+LoadedModel load_model_file(const io::SafetensorsFile& f) {
+  LoadedModel m = parse_model_file(f);
+  m.model = models::make_model(m.options.model, m.options.seed);
   // Names against the model: every parameter present with its shape, nothing unexpected.
   const auto params = m.model->named_parameters();
   for (const auto& [name, p] : params) {

@@ -41,14 +41,16 @@ void safetensors(const uint8_t* data, size_t size) {
   for (const auto& [name, t] : f.tensors) bytes += uint64_t(t.numel() * dtype_size(t.dtype()));
   require(bytes <= size, "accepted tensors hold more bytes than the file");
 
-  // Round trip. Saving may refuse what loading accepted only for a reason it names (an Error).
-  const std::string path = scratch_dir() + "/roundtrip.safetensors";
+  // Round trip, in memory through the encoder that save_safetensors writes with (a file would cost an
+  // fsync per input). Saving may refuse what loading accepted only for a reason it names (an Error); a
+  // refusal of the saved bytes escapes as a finding.
+  std::string saved;
   try {
-    io::save_safetensors(path, f.tensors, f.metadata);
+    saved = io::save_safetensors_bytes(f.tensors, f.metadata);
   } catch (const Error&) {
     return;
   }
-  const io::SafetensorsFile g = io::load_safetensors(path);
+  const io::SafetensorsFile g = io::load_safetensors_bytes(saved);
   require(g.metadata == f.metadata, "metadata changed in a save/load round trip");
   require(g.tensors.size() == f.tensors.size(), "tensor count changed in a save/load round trip");
   for (const auto& [name, t] : f.tensors) {

@@ -161,6 +161,8 @@ TEST_CASE("safetensors: round trip is bit-exact for every dtype, 0-dim, zero-siz
                                                        {"unicode", "h\u00e9llo \u2713"}};
   const std::string path = dir.file("model.safetensors");
   io::save_safetensors(path, tensors, metadata);
+  // The in-memory writer produces exactly the file's bytes.
+  CHECK(io::save_safetensors_bytes(tensors, metadata) == read_bytes(path));
 
   const io::SafetensorsFile f = io::load_safetensors(path);
   CHECK(f.path == path);
@@ -542,6 +544,13 @@ TEST_CASE("safetensors: invalid tensor sets are refused before anything is writt
       for (const std::string& x : c.expect) CHECK_THAT(std::string(e.what()), Contains(x));
     }
     CHECK(dir.listing().empty());
+    try {
+      (void)io::save_safetensors_bytes(c.tensors, c.metadata, "mem");
+      FAIL("no error from the in-memory writer");
+    } catch (const IoError& e) {
+      CHECK_THAT(std::string(e.what()), Contains("mem: "));
+      for (const std::string& x : c.expect) CHECK_THAT(std::string(e.what()), Contains(x));
+    }
   }
 }
 

@@ -74,6 +74,7 @@ train::Session resume(const std::string& dir) {
 
 TEST_CASE("a checkpoint's config must match its tensors before a model is built", "[checkpoint][sizes]") {
   REQUIRE_NOTHROW(train::load_checkpoint(pristine()));
+  REQUIRE_NOTHROW(train::check_model_loadable(io::load_safetensors(pristine() + "/model.safetensors")));
   const std::string model_file = "model.safetensors";
   const int64_t huge = int64_t(1) << 62;
   struct Row {
@@ -110,6 +111,9 @@ TEST_CASE("a checkpoint's config must match its tensors before a model is built"
     CHECK_THROWS_WITH(train::load_checkpoint(dir),
                       Catch::StartsWith(dir + "/model.safetensors: ") && Catch::Contains(r.message));
     CHECK_THROWS_WITH(resume(dir), Catch::Contains(r.message));
+    // The same check without building anything.
+    CHECK_THROWS_WITH(train::check_model_loadable(io::load_safetensors(dir + "/" + model_file)),
+                      Catch::Contains(r.message));
     fs::remove_all(dir);
   }
 }
@@ -152,6 +156,8 @@ TEST_CASE("checkpoint metadata is parsed strictly", "[checkpoint]") {
     CAPTURE(bad);
     std::string dir = rewritten("step", "model.safetensors", set_meta("step", bad));
     CHECK_THROWS_WITH(train::load_checkpoint(dir),
+                      Catch::Contains("model.safetensors: metadata 'step' is '" + bad + "'"));
+    CHECK_THROWS_WITH(train::check_model_loadable(io::load_safetensors(dir + "/model.safetensors")),
                       Catch::Contains("model.safetensors: metadata 'step' is '" + bad + "'"));
     fs::remove_all(dir);
     dir = rewritten("opt-step", "optimizer.safetensors", set_meta("step", bad));
