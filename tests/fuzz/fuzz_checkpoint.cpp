@@ -3,8 +3,7 @@
 // memory (the reader and checks load_checkpoint and the resume run); an input they refuse, the full
 // path refuses with the same check, so only the inputs that pass take it: both files written to
 // scratch and a session resumed from them (load_checkpoint: config, vocabulary, options, the model
-// built and its parameters copied in; then the optimizer state and the generator). Most mutations
-// are refused by the checks, which cost microseconds; building a session costs milliseconds.
+// built and its parameters copied in; then the optimizer state and the generator).
 #include <filesystem>
 
 #include "tapegrad/error.hpp"
