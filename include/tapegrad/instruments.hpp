@@ -72,6 +72,10 @@ class TapeRecorder : public TapeObserver {
   int64_t bytes_at_start_ = 0, bytes_at_last_record_ = 0;
 };
 
+// True when every element of a floating tensor is finite (integer tensors: always). One pass that
+// stops at the first NaN or infinity; what anomaly mode and the trainer's non-finite stop use.
+bool all_finite(const Tensor& t);
+
 // FLOPs of one forward of a matmul or linear entry (2 * output elements * inner dimension); 0 for
 // other ops. Backward does twice that.
 double forward_flops(const TapeEntry& entry);

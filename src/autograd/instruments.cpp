@@ -43,17 +43,11 @@ Summary summary_of(const Tensor& t) {
   return c.dtype() == DType::f64 ? summarise(c.data<double>(), c.numel()) : summarise(c.data<float>(), c.numel());
 }
 
-// True when every element is finite; the hot check of anomaly mode: no statistics, stops early.
 template <class T>
 bool finite_values(const T* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(p[i])) return false;
   return true;
-}
-bool all_finite(const Tensor& t) {
-  if (!t.defined() || !t.is_floating()) return true;
-  const Tensor c = t.is_contiguous() ? t : t.clone();
-  return c.dtype() == DType::f64 ? finite_values(c.data<double>(), c.numel()) : finite_values(c.data<float>(), c.numel());
 }
 
 double l2_norm(const Tensor& t) {
@@ -100,6 +94,12 @@ std::string inputs_report(const Tape& tape, size_t index) {
 }
 
 }  // namespace
+
+bool all_finite(const Tensor& t) {
+  if (!t.defined() || !t.is_floating()) return true;
+  const Tensor c = t.is_contiguous() ? t : t.clone();
+  return c.dtype() == DType::f64 ? finite_values(c.data<double>(), c.numel()) : finite_values(c.data<float>(), c.numel());
+}
 
 // ---- TapeRecorder -------------------------------------------------------------------------------
 

@@ -6,18 +6,15 @@
 
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
-#include "tapegrad/ops.hpp"
+#include "tapegrad/instruments.hpp"
 #include "tapegrad/train.hpp"
 
 namespace tapegrad::train {
 
-// sum(t * 0) is NaN exactly when some element of t is not finite. One pass; off the hot path.
+// Off the hot path: only after a non-finite norm, and before a checkpoint is written.
 std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named, bool of_grads) {
-  NoGrad no_grad;
-  for (const auto& [name, p] : named) {
-    const Tensor t = of_grads ? p.grad() : p;
-    if (t.defined() && t.numel() > 0 && !std::isfinite(sum(mul(t, 0.0)).item())) return name;
-  }
+  for (const auto& [name, p] : named)
+    if (!all_finite(of_grads ? p.grad() : p)) return name;
   return "";
 }
 
