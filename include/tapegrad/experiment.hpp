@@ -11,8 +11,9 @@
 //
 // Every arm of an accuracy experiment trains with the same seed (so the same batches), the same step
 // budget and the same optimizer settings, through train::train; it is then scored by greedy decoding
-// (train::evaluate) on fresh examples drawn from a separate seed, per length bin. Not here: repeats over
-// several seeds or confidence intervals; one seed per run, so small differences are noise.
+// (train::evaluate) on fresh examples drawn from a separate seed, per length bin. Every arm runs once per
+// seed (--seeds N: seeds seed, seed+1, ...); results.csv keeps one row per seed and the printed tables
+// show the mean and the min-max over seeds. Not here: confidence intervals or significance tests.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ namespace tapegrad::experiment {
 
 struct Options {
   int64_t steps = 0;   // training steps per arm (parallelism: timed steps per point); 0: the default
-  uint64_t seed = 1;   // one seed shared by every arm
+  uint64_t seed = 1;   // the first seed; every arm runs with seeds seed, seed + 1, ..., seed + seeds - 1
+  int seeds = 0;       // runs per arm (0: the default, 3 for a full run and 1 under --quick)
   int threads = 0;     // kernel threads (0: the default); parallelism measures 1 and this many
   bool quick = false;  // tiny models, lengths and budgets: seconds, for tests and a first look
   std::string out_dir; // when set: results.csv and report.txt are written here
@@ -37,7 +39,31 @@ struct Table {
   void add(std::vector<std::string> row);                        // throws Error if the width differs
   std::string to_text(const std::vector<std::string>& shown) const;  // shown: column names (empty: all)
   std::string to_csv() const;
+  std::string to_markdown(const std::vector<std::string>& shown) const;  // a GitHub-style table
   const std::string& cell(size_t row, const std::string& column) const;  // throws Error on an unknown column
+};
+
+// One line of a line chart: y against x, with an optional bar per point from y_lo to y_hi (the
+// spread over seeds); y_lo and y_hi are empty or as long as x.
+struct Series {
+  std::string label;
+  std::vector<double> x, y, y_lo, y_hi;
+};
+
+// A picture an experiment asks for. The library describes it; `tapegrad experiment --out DIR` draws it
+// as DIR/<file> (PNG, cairo), and report.md links it.
+struct Figure {
+  enum class Kind { lines, heatmap };
+  Kind kind = Kind::lines;
+  std::string file;  // e.g. "accuracy.png"
+  std::string title, x_label, y_label;
+  // lines
+  std::vector<Series> series;
+  bool log_y = false;
+  // heatmap: cells[row][col] in [0, 1] (e.g. attention weights: rows are output positions, columns
+  // source positions), with one label per row and per column
+  std::vector<std::vector<double>> cells;
+  std::vector<std::string> row_labels, col_labels;
 };
 
 struct Report {
@@ -45,7 +71,10 @@ struct Report {
   Table table;
   std::vector<std::string> shown;    // the columns worth printing
   std::vector<std::string> summary;  // one line per finding, computed from the numbers
+  std::vector<Figure> figures;       // drawn by the command line into --out
+  std::vector<std::string> sections; // further markdown paragraphs or tables for report.md (e.g. a sweep)
   std::string to_text() const;       // the table, then the summary lines
+  std::string to_markdown() const;   // report.md: title, table, summary, sections, figure links
 };
 
 // Progress while an arm trains (or a timing point runs).
@@ -65,9 +94,10 @@ struct Callbacks {
 std::vector<std::string> names();
 // What the experiment runs and what it shows; throws Error naming the valid experiments.
 std::string description(const std::string& name);
-// Throws Error naming the bad value (unknown experiment, negative steps or threads).
+// Throws Error naming the bad value (unknown experiment, negative steps, seeds or threads).
 void validate(const std::string& name, const Options& options);
-// Runs one experiment; writes out_dir/results.csv and out_dir/report.txt when out_dir is set.
+// Runs one experiment; writes out_dir/results.csv, out_dir/report.txt and out_dir/report.md when out_dir
+// is set (the figures are drawn by the caller: see Figure).
 Report run(const std::string& name, const Options& options, const Callbacks& callbacks = {});
 
 }  // namespace tapegrad::experiment

@@ -85,6 +85,7 @@ std::string description(const std::string& name) {
 void validate(const std::string& name, const Options& o) {
   description(name);
   if (o.steps < 0) throw Error("experiment: --steps must be positive, got " + std::to_string(o.steps));
+  if (o.seeds < 0) throw Error("experiment: --seeds must be positive, got " + std::to_string(o.seeds));
   if (o.threads < 0) throw Error("experiment: --threads must be positive, got " + std::to_string(o.threads));
 }
 
@@ -98,6 +99,7 @@ Report run(const std::string& name, const Options& opts, const Callbacks& cb) {
   if (!opts.out_dir.empty()) {
     detail::write_file(opts.out_dir + "/results.csv", r.table.to_csv());
     detail::write_file(opts.out_dir + "/report.txt", "experiment " + name + "\n" + r.to_text());
+    detail::write_file(opts.out_dir + "/report.md", r.to_markdown());
   }
   return r;
 }

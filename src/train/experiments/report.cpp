@@ -83,9 +83,36 @@ std::string Table::to_csv() const {
   return os.str();
 }
 
+std::string Table::to_markdown(const std::vector<std::string>& shown) const {
+  std::vector<size_t> idx;
+  for (const auto& name : shown.empty() ? columns : shown) {
+    const auto it = std::find(columns.begin(), columns.end(), name);
+    if (it == columns.end()) throw Error("experiment table: no column '" + name + "'");
+    idx.push_back(size_t(it - columns.begin()));
+  }
+  std::ostringstream os;
+  auto line = [&](auto cell_of) {
+    os << "|";
+    for (size_t c : idx) os << " " << cell_of(c) << " |";
+    os << "\n";
+  };
+  line([&](size_t c) { return columns[c]; });
+  line([&](size_t) { return std::string("---"); });
+  for (const auto& row : rows) line([&](size_t c) { return row[c]; });
+  return os.str();
+}
+
 std::string Report::to_text() const {
   std::string s = table.to_text(shown) + "\n";
   for (const auto& line : summary) s += line + "\n";
+  return s;
+}
+
+std::string Report::to_markdown() const {
+  std::string s = "# Experiment " + name + "\n\n" + table.to_markdown(shown) + "\n";
+  for (const auto& line : summary) s += "- " + line + "\n";
+  for (const auto& section : sections) s += "\n" + section + "\n";
+  for (const auto& f : figures) s += "\n![" + f.title + "](" + f.file + ")\n";
   return s;
 }
 
