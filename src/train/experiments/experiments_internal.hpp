@@ -22,6 +22,17 @@ std::string fmt(double v, int digits = 3);
 std::string range_name(int lo, int hi);
 void write_file(const std::string& path, const std::string& text);
 
+// ---- seeds and spread (report.cpp) ----------------------------------------------------------------
+// The seeds every arm runs with: opts.seed, opts.seed + 1, ... (opts.seeds of them; by default 3, or 1
+// under --quick).
+std::vector<uint64_t> seed_list(const Options& opts);
+struct Spread {
+  double mean = 0, min = 0, max = 0;
+};
+Spread spread(const std::vector<double>& values);  // throws Error on an empty list
+// "0.923 (0.880-0.951)", or just "0.923" when every value is the same (one seed)
+std::string fmt_spread(const Spread& s, int digits = 3);
+
 // ---- model sizes (registry.cpp) -------------------------------------------------------------------
 models::ModelConfig rnn_config(models::ModelKind kind, bool quick);
 models::ModelConfig transformer_config(nn::PositionalKind positional, bool quick);

@@ -29,6 +29,29 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f.flush()) throw IoError(path + ": write failed");
 }
 
+std::vector<uint64_t> seed_list(const Options& opts) {
+  const int n = opts.seeds > 0 ? opts.seeds : (opts.quick ? 1 : 3);
+  std::vector<uint64_t> seeds;
+  for (int i = 0; i < n; ++i) seeds.push_back(opts.seed + uint64_t(i));
+  return seeds;
+}
+
+Spread spread(const std::vector<double>& values) {
+  if (values.empty()) throw Error("experiment: spread of no values");
+  Spread s{0, values[0], values[0]};
+  for (double v : values) {
+    s.mean += v / double(values.size());
+    s.min = std::min(s.min, v);
+    s.max = std::max(s.max, v);
+  }
+  return s;
+}
+
+std::string fmt_spread(const Spread& s, int digits) {
+  if (s.min == s.max) return fmt(s.mean, digits);
+  return fmt(s.mean, digits) + " (" + fmt(s.min, digits) + "-" + fmt(s.max, digits) + ")";
+}
+
 }  // namespace detail
 
 void Table::add(std::vector<std::string> row) {
