@@ -29,6 +29,7 @@ struct Options {
   int seeds = 0;       // runs per arm (0: the default, 3 for a full run and 1 under --quick)
   int threads = 0;     // kernel threads (0: the default); parallelism measures 1 and this many
   bool quick = false;  // tiny models, lengths and budgets: seconds, for tests and a first look
+  bool sweep = false;  // accuracy experiments: choose each arm's recipe by a sweep on a validation split
   std::string out_dir; // when set: results.csv and report.txt are written here
 };
 
@@ -68,11 +69,12 @@ struct Figure {
 
 struct Report {
   std::string name;
-  Table table;
-  std::vector<std::string> shown;    // the columns worth printing
+  Table table;                       // every measurement (results.csv): one row per seed
+  std::vector<std::string> shown;    // the columns of `table` worth printing when there is no aggregate
   std::vector<std::string> summary;  // one line per finding, computed from the numbers
   std::vector<Figure> figures;       // drawn by the command line into --out
-  std::vector<std::string> sections; // further markdown paragraphs or tables for report.md (e.g. a sweep)
+  std::vector<std::string> sections; // further markdown paragraphs or tables (e.g. a sweep)
+  Table aggregate;                   // mean and min-max over seeds; printed instead of `table` if it has columns
   std::string to_text() const;       // the table, then the summary lines
   std::string to_markdown() const;   // report.md: title, table, summary, sections, figure links
 };

@@ -24,12 +24,10 @@ Report bottleneck(const Options& opts, const Callbacks& cb) {
   std::vector<Arm> arms;
   for (const std::string task : {"copy", "reverse"})
     for (auto kind : {models::ModelKind::rnn, models::ModelKind::attention_rnn})
-      arms.push_back({rnn_config(kind, opts.quick), task});
-  Report r{"bottleneck",
-           {kAccuracyColumns, {}},
-           {"task", "arm", "eval_lengths", "exact_match", "token_accuracy", "parameters", "train_loss"},
-           {}};
-  const auto scores = run_accuracy(r.name, arms, setup, opts, cb, r.table);
+      arms.push_back({rnn_config(kind, opts.quick), task, {}});
+  Report r;
+  r.name = "bottleneck";
+  const auto scores = run_accuracy(arms, setup, opts, cb, r);
   const std::string v = arm_label(arms[0].model), at = arm_label(arms[1].model);
   r.summary.push_back(
       "claim: the vanilla encoder-decoder, whose decoder sees the source only through one "
@@ -60,14 +58,12 @@ Report long_range(const Options& opts, const Callbacks& cb) {
     setup.steps = 3000;
     setup.eval_examples = 400;
   }
-  const std::vector<Arm> arms = {{rnn_config(models::ModelKind::rnn, opts.quick), "recall"},
-                                 {rnn_config(models::ModelKind::attention_rnn, opts.quick), "recall"},
-                                 {transformer_config(nn::PositionalKind::sinusoidal, opts.quick), "recall"}};
-  Report r{"long-range",
-           {kAccuracyColumns, {}},
-           {"arm", "eval_lengths", "exact_match", "token_accuracy", "parameters", "train_loss"},
-           {}};
-  const auto scores = run_accuracy(r.name, arms, setup, opts, cb, r.table);
+  const std::vector<Arm> arms = {{rnn_config(models::ModelKind::rnn, opts.quick), "recall", {}},
+                                 {rnn_config(models::ModelKind::attention_rnn, opts.quick), "recall", {}},
+                                 {transformer_config(nn::PositionalKind::sinusoidal, opts.quick), "recall", {}}};
+  Report r;
+  r.name = "long-range";
+  const auto scores = run_accuracy(arms, setup, opts, cb, r);
   r.summary.push_back(
       "claim: recalling a value that sits far back gets harder for the vanilla RNN as the "
       "source grows (its state must carry every pair); models that attend look it up directly. "
@@ -96,17 +92,15 @@ Report positional(const Options& opts, const Callbacks& cb) {
                                                  nn::PositionalKind::none};
   std::vector<Arm> arms;
   for (const std::string task : {"reverse", "sort"})
-    for (auto k : kinds) arms.push_back({transformer_config(k, opts.quick), task});
-  Report r{"positional",
-           {kAccuracyColumns, {}},
-           {"task", "arm", "exact_match", "token_accuracy", "parameters", "train_loss"},
-           {}};
-  const auto scores = run_accuracy(r.name, arms, setup, opts, cb, r.table);
+    for (auto k : kinds) arms.push_back({transformer_config(k, opts.quick), task, {}});
+  Report r;
+  r.name = "positional";
+  const auto scores = run_accuracy(arms, setup, opts, cb, r);
   r.summary.push_back(
       "claim: attention alone is blind to order (the encoder sees a bag of tokens), so without "
       "positions reverse must fail while sort, whose answer ignores the source order, need not.");
   auto acc = [&](const std::string& task, nn::PositionalKind k) {
-    return find(scores, task, arm_label(transformer_config(k, opts.quick)), 0).token_accuracy;
+    return token_accuracy(scores, task, arm_label(transformer_config(k, opts.quick)), 0).mean;
   };
   for (const std::string task : {"reverse", "sort"}) {
     const double best = std::max(acc(task, kinds[0]), acc(task, kinds[1])), none = acc(task, kinds[2]);

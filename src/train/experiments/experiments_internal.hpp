@@ -39,33 +39,50 @@ models::ModelConfig transformer_config(nn::PositionalKind positional, bool quick
 std::string arm_label(const models::ModelConfig& c);
 
 // ---- accuracy runs (scoring.cpp) ------------------------------------------------------------------
+// How an arm trains: the knobs the recipe sweep varies (everything else is shared by every arm).
+struct Recipe {
+  double lr = 2e-3;
+  bool pre_ln = false;  // Transformer only: layer norm before each sub-layer
+  std::string name(bool transformer) const;  // "lr 2e-3, post-LN" ("lr 2e-3" for an RNN)
+};
+
 struct Arm {
   models::ModelConfig model;
   std::string task;
+  Recipe recipe;  // the default: the winner of the stated sweep (docs/experiments.md)
 };
 
 struct AccuracySetup {
   data::TaskOptions train_task;           // training lengths span every bin
   std::vector<std::pair<int, int>> bins;  // evaluation source-length ranges
   int64_t steps = 1500, batch_size = 32, warmup = 100, eval_examples = 200;
-  double lr = 2e-3;
 };
 
-// One row per (arm, bin), plus the numbers the summaries need.
+// One (arm, seed, bin) result.
 struct Score {
   std::string task, arm;
+  uint64_t seed;
   int bin;
   double exact_match, token_accuracy;
 };
 
 extern const std::vector<std::string> kAccuracyColumns;
 
-// Trains every arm with the same seed and budget, scores it per bin, adds one table row per (arm, bin).
-std::vector<Score> run_accuracy(const std::string& name, const std::vector<Arm>& arms,
-                                const AccuracySetup& setup, const Options& opts, const Callbacks& cb,
-                                Table& table);
-const Score& find(const std::vector<Score>& s, const std::string& task, const std::string& arm, int bin);
-// "copy, rnn-gru: token_accuracy 0.98 (4-8) -> 0.31 (28-32), exact_match 0.95 -> 0.00"
+// The recipes --sweep tries for an arm: lr in {5e-4, 1e-3, 2e-3}, and post-LN or pre-LN for a
+// Transformer.
+std::vector<Recipe> sweep_recipes(const Arm& arm);
+
+// Trains every arm once per seed (seed_list) with the same budget, scores each run per bin on fresh
+// held-out examples, adds one row per (arm, seed, bin) to report.table and the mean and min-max over
+// seeds to report.aggregate, and an accuracy-against-length figure per task. With opts.sweep, first
+// trains every recipe of sweep_recipes (first seed only) and scores it on a separate validation split;
+// each arm then runs with its best recipe (the sweep's table goes into report.sections).
+std::vector<Score> run_accuracy(const std::vector<Arm>& arms, const AccuracySetup& setup, const Options& opts,
+                                const Callbacks& cb, Report& report);
+// The mean over seeds of one (task, arm, bin) cell.
+Spread exact_match(const std::vector<Score>& s, const std::string& task, const std::string& arm, int bin);
+Spread token_accuracy(const std::vector<Score>& s, const std::string& task, const std::string& arm, int bin);
+// "copy, rnn-gru: token_accuracy 0.98 (4-8) -> 0.31 (28-32), exact_match 0.95 -> 0.00" (means over seeds)
 std::string trend(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
                   const std::string& arm);
 // The bottleneck claim for one task (thresholds stated in scoring.cpp and in the line itself).

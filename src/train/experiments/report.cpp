@@ -126,13 +126,15 @@ std::string Table::to_markdown(const std::vector<std::string>& shown) const {
 }
 
 std::string Report::to_text() const {
-  std::string s = table.to_text(shown) + "\n";
+  std::string s = (aggregate.columns.empty() ? table.to_text(shown) : aggregate.to_text({})) + "\n";
   for (const auto& line : summary) s += line + "\n";
+  for (const auto& section : sections) s += "\n" + section + "\n";
   return s;
 }
 
 std::string Report::to_markdown() const {
-  std::string s = "# Experiment " + name + "\n\n" + table.to_markdown(shown) + "\n";
+  std::string s = "# Experiment " + name + "\n\n" +
+                  (aggregate.columns.empty() ? table.to_markdown(shown) : aggregate.to_markdown({})) + "\n";
   for (const auto& line : summary) s += "- " + line + "\n";
   for (const auto& section : sections) s += "\n" + section + "\n";
   for (const auto& f : figures) s += "\n![" + f.title + "](" + f.file + ")\n";
