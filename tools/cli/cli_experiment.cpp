@@ -36,6 +36,11 @@ Runner add_experiment(CLI::App& app) {
       ->check(int_range(1, 1024));
   sub->add_option("--out", a->o.out_dir, "Directory for results.csv and report.txt");
   sub->add_flag("--quick", a->o.quick, "Tiny models, lengths and budgets: a first look in seconds");
+  sub->add_flag("--sweep", a->o.sweep,
+                "Accuracy experiments: first train every recipe of the sweep (lr 5e-4, 1e-3, 2e-3; post-LN and "
+                "pre-LN for a Transformer) at the first seed, choose each arm's best on a validation split, "
+                "then run the chosen recipes on every seed (default: the recipes chosen by that sweep, "
+                "docs/experiments.md)");
   return [a] {
     experiment::validate(a->name, a->o);
     if (a->o.threads > 0) runtime::set_num_threads(a->o.threads);
