@@ -56,9 +56,23 @@ Pixels find_colour(cairo_surface_t* s, chart::Rgb c, int x0, int y0, int x1, int
 constexpr int kX0 = 50, kY0 = 30, kW = 300, kH = 200;
 
 struct Drawn {
-  Pixels series;  // the line's colour inside the frame
+  Pixels series;         // the line's exact colour inside the frame
+  size_t middle_tinted;  // pixels of the line's blue hue (anti-aliased too) in the frame's middle third
   cairo_status_t status;
 };
+
+size_t tinted(cairo_surface_t* s, int x0, int y0, int x1, int y1) {
+  cairo_surface_flush(s);
+  const unsigned char* data = cairo_image_surface_get_data(s);
+  const int stride = cairo_image_surface_get_stride(s);
+  size_t n = 0;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      const uint32_t px = *reinterpret_cast<const uint32_t*>(data + y * stride + x * 4);
+      n += int(px & 0xff) - int(px >> 16 & 0xff) > 40;  // blue well above red: palette(0), not grey
+    }
+  return n;
+}
 
 Drawn draw_one(const std::vector<double>& x, const std::vector<double>& y, bool log_y,
                const std::vector<double>& lo = {}, const std::vector<double>& hi = {}) {
@@ -73,6 +87,7 @@ Drawn draw_one(const std::vector<double>& x, const std::vector<double>& y, bool 
   chart::draw_panel(canvas, kX0, kY0, kW, kH, axes, {l});
   cairo_surface_t* s = cairo_get_target(canvas.cr());
   return {find_colour(s, chart::palette(0), kX0 + 1, kY0 + 1, kX0 + kW - 1, kY0 + kH - 1),
+          tinted(s, kX0 + kW / 3, kY0 + kH / 3, kX0 + 2 * kW / 3, kY0 + 2 * kH / 3),
           cairo_status(canvas.cr())};
 }
 
@@ -127,9 +142,11 @@ TEST_CASE("chart panel: degenerate data is drawn where it belongs, never as NaN"
     CHECK(d.series.cy == Approx(cy).margin(2));
     CHECK(d.series.bottom - d.series.top < 12);
   }
-  SECTION("NaN values are skipped: the finite points span the frame") {
+  SECTION("NaN values are skipped: the finite points span the frame, the line breaks at the gap") {
     const Drawn d = draw_one({1, 2, 3, 4}, {0.0, kNaN, kNaN, 1.0}, false);
     CHECK(d.status == CAIRO_STATUS_SUCCESS);
+    CHECK(d.middle_tinted == 0);
+    CHECK(draw_one({1, 4}, {0.0, 1.0}, false).middle_tinted > 50);  // without the gap: a line through it
     REQUIRE(d.series.count > 10);
     CHECK(d.series.top < kY0 + 0.1 * kH);
     CHECK(d.series.bottom > kY0 + 0.9 * kH);
@@ -215,6 +232,7 @@ TEST_CASE("draw_figure: a heatmap grows with its cells and colours a 1 dark blue
 TEST_CASE("check_figure: a bad figure is an Error naming its file and the fault", "[cli][figures][errors]") {
   using Catch::Contains;
   const std::string png = (fs::temp_directory_path() / "tapegrad-figures-unused.png").string();
+  fs::remove(png);
   Figure f = accuracy_figure();
   REQUIRE_NOTHROW(check_figure(f));
   f.series[1].x.clear(), f.series[1].y.clear();
