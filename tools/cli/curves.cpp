@@ -1,4 +1,4 @@
-// Training curves: metrics.csv parsed into columns, then drawn with cairo as two panels (loss;
+// Training curves: metrics.csv parsed into columns, then drawn as two chart.hpp panels (loss;
 // accuracy) with axes, "nice" 1-2-5 ticks (or decades on a log axis), labels and a legend. Not here:
 // smoothing, interactive output, or any format other than PNG.
 #include "curves.hpp"
