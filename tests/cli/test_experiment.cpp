@@ -1,9 +1,12 @@
 // `tapegrad experiment`, run as real processes: the table and results.csv of quick runs (one row per arm
-// and length bin, fractions in [0, 1]) and the errors for a bad name or option.
+// and length bin, fractions in [0, 1]; one row per seed with --seeds), report.md and the PNG figures it
+// links, and the errors for a bad name or option.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -49,6 +52,33 @@ void check_fraction(const std::string& cell) {
   CHECK(v <= 1.0);
 }
 
+// DIR/report.md names the experiment, and every PNG it links was drawn (the command says where) as a
+// valid PNG of a sensible size.
+void check_report_md(const std::string& dir, const std::string& name, const std::string& out) {
+  std::ifstream f(dir + "/report.md");
+  REQUIRE(f);
+  const std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(md.rfind("# Experiment " + name + "\n", 0) == 0);
+  CHECK_THAT(out, Catch::Contains("report.md: " + dir));
+  size_t links = 0;
+  for (size_t at = md.find("]("); at != std::string::npos; at = md.find("](", at + 2)) {
+    const std::string file = md.substr(at + 2, md.find(')', at) - at - 2);
+    if (file.size() < 4 || file.compare(file.size() - 4, 4, ".png") != 0) continue;
+    ++links;
+    CAPTURE(file);
+    CHECK_THAT(out, Catch::Contains("figure: " + dir + "/" + file));
+    const auto [w, h] = tapegrad::test::png_size(dir + "/" + file);
+    CHECK(w >= 200);
+    CHECK(w <= 4000);
+    CHECK(h >= 150);
+    CHECK(h <= 4000);
+  }
+  // Every figure drawn is linked, and no more.
+  size_t drawn = 0;
+  for (size_t at = out.find("figure: "); at != std::string::npos; at = out.find("figure: ", at + 1)) ++drawn;
+  CHECK(drawn == links);
+}
+
 }  // namespace
 
 TEST_CASE("experiment positional --quick: one row per arm, fractions in [0,1]", "[cli][experiment]") {
@@ -75,6 +105,7 @@ TEST_CASE("experiment positional --quick: one row per arm, fractions in [0,1]", 
   }
   CHECK(arms.size() == 6);
   CHECK(fs::exists(dir + "/report.txt"));
+  check_report_md(dir, "positional", r.out);
   fs::remove_all(dir);
 }
 
@@ -96,6 +127,20 @@ TEST_CASE("experiment bottleneck --quick: a row per model, task and length bin",
     check_fraction(rows[i][column(h, "token_accuracy")]);
   }
   CHECK(keys.size() == 8);
+  fs::remove_all(dir);
+}
+
+// Hidden until the accuracy experiments run once per seed (they take --seeds but run the first seed only).
+TEST_CASE("experiment bottleneck --quick --seeds 2: every row once per seed", "[cli][experiment][.seeds]") {
+  const std::string dir = temp_dir("seeds");
+  const Run r = run("experiment bottleneck --quick --steps 20 --seeds 2 --seed 7 --threads 1 --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const auto rows = read_csv(dir + "/results.csv");
+  const auto& h = rows[0];
+  std::map<std::string, size_t> per_seed;
+  for (size_t i = 1; i < rows.size(); ++i) ++per_seed[rows[i][column(h, "seed")]];
+  CHECK(per_seed == std::map<std::string, size_t>{{"7", 8}, {"8", 8}});  // 2 models x 2 tasks x 2 bins each
   fs::remove_all(dir);
 }
 
@@ -127,6 +172,13 @@ TEST_CASE("experiment: bad names and options exit 2 with the reason", "[cli][exp
   const Run threads = run("experiment positional --quick --threads -1");
   CHECK(threads.code == 2);
   CHECK_THAT(threads.out, Catch::Contains("--threads") && Catch::Contains("-1"));
+  for (const char* seeds : {"0", "101", "-1", "two"}) {
+    const Run bad = run(std::string("experiment positional --quick --seeds ") + seeds);
+    CAPTURE(seeds, bad.out);
+    CHECK(bad.code == 2);
+    CHECK_THAT(bad.out, Catch::Contains("--seeds") && Catch::Contains(seeds));
+    CHECK(std::count(bad.out.begin(), bad.out.end(), '\n') == 1);
+  }
   const Run word = run("experiment positional --steps many");
   CHECK(word.code == 2);
   CHECK_THAT(word.out, Catch::Contains("many"));
@@ -136,5 +188,6 @@ TEST_CASE("experiment: bad names and options exit 2 with the reason", "[cli][exp
   CHECK(help.code == 0);
   CHECK_THAT(help.out, Catch::Contains("bottleneck:") && Catch::Contains("long-range:") &&
                            Catch::Contains("positional:") && Catch::Contains("parallelism:") &&
-                           Catch::Contains("--quick") && Catch::Contains("results.csv"));
+                           Catch::Contains("--quick") && Catch::Contains("results.csv") &&
+                           Catch::Contains("--seeds") && Catch::Contains("report.md"));
 }

@@ -8,12 +8,11 @@
 // RNN has a single attention over the encoder states (one head, so `each` equals `mean`). The PNG
 // has one row of panels per attention and one panel per head, and a colour scale for the weights
 // (0 to 1, the same for every panel so they can be compared); the text output uses ten shades.
-#include <cairo.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "chart.hpp"
 #include "cli.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
@@ -41,102 +40,45 @@ int shade_index(double w) {
 }
 
 // PNG layout, in pixels.
-constexpr double kCell = 22, kLabel = 40, kTitle = 38, kGap = 30, kLegendBar = 18, kLegendHeight = 200,
-                 kLegendWidth = 100;
-
-void set_weight_colour(cairo_t* cr, double w) {
-  w = std::clamp(w, 0.0, 1.0);
-  cairo_set_source_rgb(cr, 1 - w, 1 - 0.55 * w, 1 - 0.2 * w);  // white -> dark blue
-}
+constexpr double kCell = 22, kLabel = 40, kTitle = 38, kGap = 30, kLegendHeight = 200;
 
 double panel_height(const Panel& p) {
   return kTitle + kLabel + kCell * double(p.rows.size()) + kGap;
 }
 
-// A vertical bar from weight 0 (bottom) to 1 (top), its values beside it, at (x, y).
-void draw_legend(cairo_t* cr, double x, double y) {
-  cairo_set_source_rgb(cr, 0, 0, 0);
-  cairo_set_font_size(cr, 12);
-  cairo_move_to(cr, x, y + 16);
-  cairo_show_text(cr, "weight");
-  const double top = y + kTitle, steps = 100;
-  for (int i = 0; i < int(steps); ++i) {
-    set_weight_colour(cr, 1 - (i + 0.5) / steps);
-    cairo_rectangle(cr, x, top + kLegendHeight * i / steps, kLegendBar, kLegendHeight / steps + 0.5);
-    cairo_fill(cr);
-  }
-  cairo_set_source_rgb(cr, 0, 0, 0);
-  cairo_set_line_width(cr, 1);
-  cairo_rectangle(cr, x + 0.5, top + 0.5, kLegendBar, kLegendHeight);
-  cairo_stroke(cr);
-  for (const double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-    const double ty = top + kLegendHeight * (1 - v);
-    cairo_move_to(cr, x + kLegendBar, ty + 0.5);
-    cairo_line_to(cr, x + kLegendBar + 5, ty + 0.5);
-    cairo_stroke(cr);
-    char text[16];
-    std::snprintf(text, sizeof text, "%g", v);
-    cairo_move_to(cr, x + kLegendBar + 8, ty + 4);
-    cairo_show_text(cr, text);
-  }
-}
-
 void draw_png(const std::vector<PanelRow>& grid, const std::string& path) {
-  // A scratch surface measures the titles, so a panel is at least as wide as its title.
-  cairo_surface_t* scratch = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
-  cairo_t* measure = cairo_create(scratch);
-  cairo_select_font_face(measure, "monospace", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_font_size(measure, 13);
   std::vector<double> strides;  // the width of one panel of each row, gap included
   double width = 0, height = kGap;
   for (const PanelRow& row : grid) {
     double w = kLabel + kCell * double(row.panels[0].cols.size());
-    for (const Panel& p : row.panels) {
-      cairo_text_extents_t e;
-      cairo_text_extents(measure, p.title.c_str(), &e);
-      w = std::max(w, e.x_advance);
-    }
+    for (const Panel& p : row.panels) w = std::max(w, chart::text_width(p.title, 13, "monospace"));
     strides.push_back(w + kGap);
     width = std::max(width, kGap + strides.back() * double(row.panels.size()));
     height += panel_height(row.panels[0]);
   }
-  cairo_destroy(measure);
-  cairo_surface_destroy(scratch);
   const double legend_x = width;
-  width += kLegendWidth;
-  height = std::max(height, kGap + kTitle + kLegendHeight + kGap);
+  width += chart::kColourBarWidth;
+  height = std::max(height, kGap + chart::kColourBarCaption + kLegendHeight + kGap);
 
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, int(width), int(height));
-  cairo_t* cr = cairo_create(surface);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
-  cairo_select_font_face(cr, "monospace", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  chart::Canvas canvas(int(width), int(height), "monospace");
+  cairo_t* cr = canvas.cr();
   double y0 = kGap;
   for (size_t r = 0; r < grid.size(); ++r) {
     for (size_t h = 0; h < grid[r].panels.size(); ++h) {
       const Panel& p = grid[r].panels[h];
       const double x0 = kGap + strides[r] * double(h);
-      cairo_set_source_rgb(cr, 0, 0, 0);
-      cairo_set_font_size(cr, 13);
-      cairo_move_to(cr, x0, y0 + 14);
-      cairo_show_text(cr, p.title.c_str());
+      canvas.text(x0, y0 + 14, p.title, 13);
       cairo_set_source_rgb(cr, 0.35, 0.35, 0.35);
       cairo_set_font_size(cr, 10);
       cairo_move_to(cr, x0, y0 + 29);
       cairo_show_text(cr, p.axes.c_str());
       const double gx = x0 + kLabel, gy = y0 + kTitle + kLabel;
-      cairo_set_source_rgb(cr, 0, 0, 0);
-      cairo_set_font_size(cr, 12);
-      for (size_t c = 0; c < p.cols.size(); ++c) {  // key labels on top
-        cairo_move_to(cr, gx + kCell * double(c) + 6, gy - 8);
-        cairo_show_text(cr, p.cols[c].c_str());
-      }
+      for (size_t c = 0; c < p.cols.size(); ++c)  // key labels on top
+        canvas.text(gx + kCell * double(c) + 6, gy - 8, p.cols[c], 12);
       for (size_t q = 0; q < p.rows.size(); ++q) {
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_move_to(cr, x0, gy + kCell * double(q) + 15);
-        cairo_show_text(cr, p.rows[q].c_str());
+        canvas.text(x0, gy + kCell * double(q) + 15, p.rows[q], 12);
         for (size_t c = 0; c < p.cols.size(); ++c) {
-          set_weight_colour(cr, p.weights[q * p.cols.size() + c]);
+          chart::set_colour(cr, chart::heat_colour(p.weights[q * p.cols.size() + c]));
           cairo_rectangle(cr, gx + kCell * double(c), gy + kCell * double(q), kCell - 1, kCell - 1);
           cairo_fill(cr);
         }
@@ -144,11 +86,8 @@ void draw_png(const std::vector<PanelRow>& grid, const std::string& path) {
     }
     y0 += panel_height(grid[r].panels[0]);
   }
-  draw_legend(cr, legend_x, kGap);
-  cairo_destroy(cr);
-  const cairo_status_t st = cairo_surface_write_to_png(surface, path.c_str());
-  cairo_surface_destroy(surface);
-  if (st != CAIRO_STATUS_SUCCESS) throw IoError(path + ": cannot write PNG: " + cairo_status_to_string(st));
+  chart::draw_colour_bar(canvas, legend_x, kGap, kLegendHeight, "weight");
+  canvas.write_png(path);
 }
 
 void print_scale() {
