@@ -131,7 +131,7 @@ TEST_CASE("experiment bottleneck --quick: a row per model, task and length bin",
 }
 
 // Hidden until the accuracy experiments run once per seed (they take --seeds but run the first seed only).
-TEST_CASE("experiment bottleneck --quick --seeds 2: every row once per seed", "[cli][experiment][.seeds]") {
+TEST_CASE("experiment bottleneck --quick --seeds 2: every row once per seed", "[cli][experiment]") {
   const std::string dir = temp_dir("seeds");
   const Run r = run("experiment bottleneck --quick --steps 20 --seeds 2 --seed 7 --threads 1 --out " + dir);
   INFO(r.out);
