@@ -94,11 +94,13 @@ class Task {
   std::vector<Example> sample_many(Generator& gen, int64_t n) const;
   const Vocab& vocab() const { return vocab_; }
   const TaskOptions& options() const { return options_; }
-  Tokenization tokenization() const { return Tokenization::chars; }
+  // How a line of this task's text splits into tokens (chars, or whitespace for multi-character tokens).
+  Tokenization tokenization() const { return tokenization_; }
 
  protected:
   Vocab vocab_;
   TaskOptions options_;
+  Tokenization tokenization_ = Tokenization::chars;
 };
 
 // Names (formats in src/data/tasks.cpp, letters a.. are the `symbols` content symbols):
@@ -108,6 +110,9 @@ class Task {
 //   recall   "a3c7b1?c"    -> "7"           (long-range: distinct keys with digit values, then '?' and
 //                                             a key; the target is its value, uniformly any pair)
 //   rotate   "2abcde"      -> "cdeab"       (order-sensitive: rotate the symbols left by the digit)
+//   pair-recall "a3 c7 b1 ? c" -> "7"       (recall with each key-value pair one token, whitespace
+//                                             tokens: the lookup without binding a value to the key
+//                                             before it; L = pairs + 2)
 // Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
 // Throws Error naming the valid tasks for an unknown name, or the bad option.
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& options);

@@ -28,7 +28,7 @@ namespace {
 // Guards against a typo producing sequences no model here can train on in reasonable time.
 constexpr int kMaxTaskLen = 4096;
 
-const std::vector<std::string> kTaskNames = {"copy", "reverse", "sort", "recall", "rotate"};
+const std::vector<std::string> kTaskNames = {"copy", "reverse", "sort", "recall", "rotate", "pair-recall"};
 
 // Uniform integer in [lo, hi]. Rejection sampling rather than std::uniform_int_distribution, whose
 // algorithm is implementation-defined: the same seed must give the same data with any standard library.
@@ -54,6 +54,19 @@ struct PairRange {
 };
 PairRange recall_pairs(const TaskOptions& o) {
   return {std::max(1, (o.min_len - 2 + 1) / 2), std::min(o.symbols, (o.max_len - 2) / 2)};
+}
+// pair-recall: L = n + 2.
+PairRange pair_recall_pairs(const TaskOptions& o) {
+  return {std::max(1, o.min_len - 2), std::min(o.symbols, o.max_len - 2)};
+}
+
+// Distinct keys: the first n entries of a partial Fisher-Yates shuffle of `letters`.
+std::vector<int> distinct_keys(Generator& gen, int n, int symbols) {
+  std::vector<int> keys(static_cast<size_t>(symbols));
+  for (int i = 0; i < symbols; ++i) keys[size_t(i)] = i;
+  for (int i = 0; i < n; ++i) std::swap(keys[size_t(i)], keys[size_t(uniform_int(gen, i, symbols - 1))]);
+  keys.resize(size_t(n));
+  return keys;
 }
 
 // Shared setup: the vocabulary (letters, then digits and "?" if used) and the ids of each group.
@@ -138,21 +151,18 @@ class RecallTask : public BuiltinTask {
   Example sample(Generator& gen) const override {
     const PairRange r = recall_pairs(options_);
     const int n = uniform_int(gen, r.lo, r.hi);
-    // Distinct keys: the first n entries of a partial Fisher-Yates shuffle of the letters.
-    std::vector<int32_t> keys = letter_ids_;
-    for (int i = 0; i < n; ++i)
-      std::swap(keys[size_t(i)], keys[size_t(uniform_int(gen, i, options_.symbols - 1))]);
+    const std::vector<int> keys = distinct_keys(gen, n, options_.symbols);
     Example ex;
     std::vector<int32_t> values(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       values[size_t(i)] = digit_ids_[size_t(uniform_int(gen, 0, 9))];
-      ex.src.push_back(keys[size_t(i)]);
+      ex.src.push_back(letter_ids_[size_t(keys[size_t(i)])]);
       ex.src.push_back(values[size_t(i)]);
     }
     // Uniform over every pair, so the answer sits anywhere from the first pair to the last.
     const int q = uniform_int(gen, 0, n - 1);
     ex.src.push_back(question_id_);
-    ex.src.push_back(keys[size_t(q)]);
+    ex.src.push_back(letter_ids_[size_t(keys[size_t(q)])]);
     ex.tgt = {values[size_t(q)]};
     return ex;
   }
@@ -179,6 +189,41 @@ class RotateTask : public BuiltinTask {
   }
 };
 
+// Tokens: the letters (query keys), the digits (answers), "?", and one token per (key, value) pair,
+// "a0" .. ; the pair tokens follow the built-in ones, so the vocabulary is a function of the options.
+class PairRecallTask : public BuiltinTask {
+ public:
+  explicit PairRecallTask(const TaskOptions& o) : BuiltinTask("pair-recall", o, true, true) {
+    for (int k = 0; k < o.symbols; ++k)
+      for (int d = 0; d < 10; ++d) pair_ids_.push_back(vocab_.add(letter(k) + digit(d)));
+    tokenization_ = Tokenization::whitespace;
+  }
+  std::string name() const override { return "pair-recall"; }
+  std::string description() const override {
+    return "pair-recall: key-value pairs as single tokens (distinct keys), then '?' and a key; target = its "
+           "value, e.g. a3 c7 b1 ? c -> 7";
+  }
+  Example sample(Generator& gen) const override {
+    const PairRange r = pair_recall_pairs(options_);
+    const int n = uniform_int(gen, r.lo, r.hi);
+    const std::vector<int> keys = distinct_keys(gen, n, options_.symbols);
+    Example ex;
+    std::vector<int> values(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      values[size_t(i)] = uniform_int(gen, 0, 9);
+      ex.src.push_back(pair_ids_[size_t(keys[size_t(i)] * 10 + values[size_t(i)])]);
+    }
+    const int q = uniform_int(gen, 0, n - 1);
+    ex.src.push_back(question_id_);
+    ex.src.push_back(letter_ids_[size_t(keys[size_t(q)])]);
+    ex.tgt = {digit_ids_[size_t(values[size_t(q)])]};
+    return ex;
+  }
+
+ private:
+  std::vector<int32_t> pair_ids_;  // [key * 10 + value]
+};
+
 std::string valid_names() {
   std::string s;
   for (const auto& n : kTaskNames) s += (s.empty() ? "" : ", ") + n;
@@ -203,6 +248,14 @@ void validate_task_options(const std::string& task, const TaskOptions& o) {
   if (task == "rotate" && o.min_len < 2)
     throw Error(where + "min_len=" + std::to_string(o.min_len) +
                 " is too short: a source is a digit and at least one symbol (length >= 2)");
+  if (task == "pair-recall") {
+    if (o.max_len < 3)
+      throw Error(where + "max_len=" + std::to_string(o.max_len) +
+                  " is too short: a source is at least one pair token, '?' and a key (length >= 3)");
+    if (pair_recall_pairs(o).lo > o.symbols)
+      throw Error(where + "min_len=" + std::to_string(o.min_len) + " needs " + std::to_string(o.min_len - 2) +
+                  " pairs with distinct keys, but symbols=" + std::to_string(o.symbols));
+  }
   if (task == "recall") {
     if (o.max_len < 4)
       throw Error(where + "max_len=" + std::to_string(o.max_len) +
@@ -230,6 +283,7 @@ std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opti
   if (name == "sort") return std::make_unique<SortTask>(options);
   if (name == "recall") return std::make_unique<RecallTask>(options);
   if (name == "rotate") return std::make_unique<RotateTask>(options);
+  if (name == "pair-recall") return std::make_unique<PairRecallTask>(options);
   throw Error("unknown task '" + name + "' (valid: " + valid_names() + ")");
 }
 
