@@ -192,27 +192,76 @@ TEST_CASE("recall queries every pair position uniformly, including the first", "
   }
 }
 
+TEST_CASE("pair-recall: distinct keys, one token per pair, the target is the queried pair's value", "[data]") {
+  TaskOptions opt;
+  opt.min_len = 3;
+  opt.max_len = 18;
+  opt.symbols = 16;
+  const auto task = make_task("pair-recall", opt);
+  const Vocab& v = task->vocab();
+  Generator gen(5);
+  std::vector<int> positions(16, 0);
+  for (int i = 0; i < 2000; ++i) {
+    const Example e = task->sample(gen);
+    const size_t n = e.src.size() - 2;
+    REQUIRE(v.token(e.src[n]) == "?");
+    const std::string key = v.token(e.src[n + 1]);
+    REQUIRE(key.size() == 1);
+    REQUIRE(e.tgt.size() == 1);
+    std::set<char> keys;
+    int found = -1;
+    for (size_t p = 0; p < n; ++p) {
+      const std::string pair = v.token(e.src[p]);
+      REQUIRE(pair.size() == 2);
+      CHECK(keys.insert(pair[0]).second);  // distinct keys
+      if (pair[0] == key[0]) {
+        found = int(p);
+        CHECK(v.token(e.tgt[0]) == std::string(1, pair[1]));
+      }
+    }
+    REQUIRE(found >= 0);
+    ++positions[size_t(found)];
+  }
+  CHECK(positions[0] > 0);  // the first pair is queried too
+  CHECK(positions[15] > 0);
+  CHECK(data::detokenize({"a3", "?", "a"}, task->tokenization()) == "a3 ? a");
+}
+
 TEST_CASE("a task's vocabulary is fixed by its options and covers everything it emits", "[data]") {
   TaskOptions opt;
   opt.symbols = 5;
+  opt.min_len = 4;  // pair-recall needs min_len - 2 distinct keys
   for (const std::string& name : task_names()) {
     CAPTURE(name);
     const auto t1 = make_task(name, opt), t2 = make_task(name, opt);
     CHECK(t1->vocab().tokens() == t2->vocab().tokens());
     CHECK(t1->options().symbols == 5);
     std::vector<std::string> expect = {"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e"};
-    if (name == "recall" || name == "rotate")
+    const bool recall = name == "recall" || name == "pair-recall";
+    if (recall || name == "rotate")
       for (char d = '0'; d <= '9'; ++d) expect.push_back(std::string(1, d));
-    if (name == "recall") expect.push_back("?");
+    if (recall) expect.push_back("?");
+    if (name == "pair-recall")
+      for (char k = 'a'; k <= 'e'; ++k)
+        for (char d = '0'; d <= '9'; ++d) expect.push_back(std::string{k, d});
     CHECK(t1->vocab().tokens() == expect);
+    CHECK(t1->tokenization() == (name == "pair-recall" ? Tokenization::whitespace : Tokenization::chars));
+    // Everything a task emits is in its vocabulary (no <unk>), and sources lie in [min_len, max_len].
+    Generator gen(3);
+    for (const auto& e : t1->sample_many(gen, 200)) {
+      CHECK(int(e.src.size()) >= opt.min_len);
+      CHECK(int(e.src.size()) <= opt.max_len);
+      for (int32_t id : e.src) CHECK(id > kUnk);
+      for (int32_t id : e.tgt) CHECK(id > kUnk);
+    }
     CHECK_FALSE(t1->description().empty());
   }
 }
 
 TEST_CASE("bad task names and options are rejected with the offending name", "[data]") {
   CHECK_THAT(message_of<Error>([] { make_task("shuffle", TaskOptions{}); }),
-             Catch::Contains("shuffle") && Catch::Contains("copy, reverse, sort, recall, rotate"));
-  CHECK(task_names() == std::vector<std::string>{"copy", "reverse", "sort", "recall", "rotate"});
+             Catch::Contains("shuffle") && Catch::Contains("copy, reverse, sort, recall, rotate, pair-recall"));
+  CHECK(task_names() == std::vector<std::string>{"copy", "reverse", "sort", "recall", "rotate", "pair-recall"});
   const auto bad = [](const std::string& task, int min_len, int max_len, int symbols) {
     TaskOptions o;
     o.min_len = min_len;
@@ -227,6 +276,8 @@ TEST_CASE("bad task names and options are rejected with the offending name", "[d
   CHECK_THAT(bad("copy", 8, 1000000, 10), Catch::Contains("max_len=1000000"));
   CHECK_THAT(bad("rotate", 1, 5, 10), Catch::Contains("min_len=1"));
   CHECK_THAT(bad("recall", 1, 3, 10), Catch::Contains("max_len=3"));
+  CHECK_THAT(bad("pair-recall", 1, 2, 10), Catch::Contains("max_len=2") && Catch::Contains("task pair-recall"));
+  CHECK_THAT(bad("pair-recall", 13, 20, 10), Catch::Contains("min_len=13") && Catch::Contains("symbols=10"));
   CHECK_THAT(bad("recall", 30, 40, 10), Catch::Contains("min_len=30") && Catch::Contains("symbols=10"));
   CHECK_THAT(bad("recall", 9, 9, 10), Catch::Contains("min_len=9 max_len=9"));
   CHECK_THAT(bad("recall", 9, 9, 10), Catch::Contains("task recall"));
