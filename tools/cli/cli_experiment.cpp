@@ -28,7 +28,7 @@ Runner add_experiment(CLI::App& app) {
       "a summary (with the thresholds it applies) are printed; --out DIR also writes DIR/results.csv and "
       "DIR/report.txt.";
   sub->footer(footer);
-  sub->add_option("name", a->name, "bottleneck | long-range | positional | parallelism")->required();
+  sub->add_option("name", a->name, "bottleneck | long-range | positional | parallelism | gradient-path")->required();
   sub->add_option("--steps", a->o.steps,
                   "Training steps per arm (parallelism: timed steps per point); default: the experiment's own");
   add_seed_option(sub, &a->o.seed, "Seed shared by every arm");

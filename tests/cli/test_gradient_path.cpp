@@ -1,0 +1,102 @@
+// `tapegrad experiment gradient-path`, run as a real process at tiny sizes: results.csv has one row per
+// seed, arm and distance with finite, positive gradient norms, and the critical paths read from the tape
+// grow with the source length for the RNNs and stay the same for the Transformer.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "process.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> split(const std::string& line, char sep) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string c; std::getline(ss, c, sep);) cells.push_back(c);
+  return cells;
+}
+
+// results.csv as rows of column name -> cell; every row as wide as the header.
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE(f);
+  std::string line;
+  REQUIRE(std::getline(f, line));
+  const auto header = split(line, ',');
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(f, line)) {
+    const auto cells = split(line, ',');
+    REQUIRE(cells.size() == header.size());
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < cells.size(); ++c) row[header[c]] = cells[c];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("experiment gradient-path --quick: norms per seed, arm and distance; critical paths by length",
+          "[cli][experiment]") {
+  const std::string dir = tapegrad::test::temp_dir("exp", "gradient-path");
+  const tapegrad::test::Run r = tapegrad::test::run(
+      "experiment gradient-path --quick --seeds 2 --steps 40 --seed 5 --threads 1 --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("gradient norm at distance") && Catch::Contains("critical path"));
+  const auto rows = read_csv(dir + "/results.csv");
+  const std::set<std::string> arms = {"rnn-gru", "attention-rnn-gru", "transformer-sinusoidal"};
+  // part gradient: (seed, arm) -> distances seen
+  std::map<std::pair<std::string, std::string>, std::set<int>> distances;
+  // part tape: arm -> length -> critical path
+  std::map<std::string, std::map<int, long>> path;
+  for (const auto& row : rows) {
+    CHECK(row.at("experiment") == "gradient-path");
+    CHECK(arms.count(row.at("arm")) == 1);
+    if (row.at("part") == "gradient") {
+      CAPTURE(row.at("seed"), row.at("arm"), row.at("distance"));
+      CHECK(distances[{row.at("seed"), row.at("arm")}].insert(std::stoi(row.at("distance"))).second);
+      for (const char* col : {"grad_norm", "grad_norm_rel", "grad_norm_all_pairs"}) {
+        const double v = std::stod(row.at(col));
+        CHECK(std::isfinite(v));
+        CHECK(v > 0);
+      }
+      if (row.at("distance") == "1") CHECK(std::stod(row.at("grad_norm_rel")) == 1.0);
+      CHECK(row.at("steps") == "40");
+    } else {
+      REQUIRE(row.at("part") == "tape");
+      CHECK(std::stol(row.at("entries")) >= std::stol(row.at("critical_path")));
+      CHECK(std::stod(row.at("work_flops")) > 0);
+      CHECK(std::stod(row.at("parallel_width")) > 0);
+      path[row.at("arm")][std::stoi(row.at("seq_len"))] = std::stol(row.at("critical_path"));
+    }
+  }
+  // Two seeds x three arms, each with distances 1, 3, ..., 2S-1 for the quick source length S = 8.
+  REQUIRE(distances.size() == 6);
+  for (const auto& [key, d] : distances) {
+    CAPTURE(key.first, key.second);
+    CHECK(d == std::set<int>{1, 3, 5, 7, 9, 11, 13, 15});
+  }
+  std::set<std::string> seeds;
+  for (const auto& [key, d] : distances) seeds.insert(key.first);
+  CHECK(seeds == std::set<std::string>{"5", "6"});
+  // The tape part: three lengths per arm; the RNNs' path grows at every step, the Transformer's is constant.
+  REQUIRE(path.size() == 3);
+  for (const auto& [arm, by_len] : path) {
+    CAPTURE(arm);
+    REQUIRE(by_len.size() == 3);
+    for (auto it = std::next(by_len.begin()); it != by_len.end(); ++it) {
+      if (arm == "transformer-sinusoidal")
+        CHECK(it->second == std::prev(it)->second);
+      else
+        CHECK(it->second > std::prev(it)->second);
+    }
+  }
+  fs::remove_all(dir);
+}
