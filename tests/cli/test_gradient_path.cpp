@@ -1,6 +1,7 @@
-// `tapegrad experiment gradient-path`, run as a real process at tiny sizes: results.csv has one row per
-// seed, arm and distance with finite, positive gradient norms, and the critical paths read from the tape
-// grow with the source length for the RNNs and stay the same for the Transformer.
+// The gradient-path experiment at tiny sizes, as a real process (`tapegrad experiment gradient-path
+// --quick`) and through the library with two seeds: results.csv has one row per seed, arm and distance
+// with finite, positive gradient norms, and the critical paths read from the tape grow with the source
+// length for the RNNs and stay the same for the Transformer.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "process.hpp"
+#include "tapegrad/experiment.hpp"
 
 namespace fs = std::filesystem;
 
@@ -40,16 +42,8 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
   return rows;
 }
 
-}  // namespace
-
-TEST_CASE("experiment gradient-path --quick: norms per seed, arm and distance; critical paths by length",
-          "[cli][experiment]") {
-  const std::string dir = tapegrad::test::temp_dir("exp", "gradient-path");
-  const tapegrad::test::Run r = tapegrad::test::run(
-      "experiment gradient-path --quick --seeds 2 --steps 40 --seed 5 --threads 1 --out " + dir);
-  INFO(r.out);
-  REQUIRE(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("gradient norm at distance") && Catch::Contains("critical path"));
+// Checks results.csv in `dir` for a run with these seeds (steps per arm as given).
+void check_results(const std::string& dir, const std::set<std::string>& seeds, const std::string& steps) {
   const auto rows = read_csv(dir + "/results.csv");
   const std::set<std::string> arms = {"rnn-gru", "attention-rnn-gru", "transformer-sinusoidal"};
   // part gradient: (seed, arm) -> distances seen
@@ -68,7 +62,7 @@ TEST_CASE("experiment gradient-path --quick: norms per seed, arm and distance; c
         CHECK(v > 0);
       }
       if (row.at("distance") == "1") CHECK(std::stod(row.at("grad_norm_rel")) == 1.0);
-      CHECK(row.at("steps") == "40");
+      CHECK(row.at("steps") == steps);
     } else {
       REQUIRE(row.at("part") == "tape");
       CHECK(std::stol(row.at("entries")) >= std::stol(row.at("critical_path")));
@@ -77,15 +71,15 @@ TEST_CASE("experiment gradient-path --quick: norms per seed, arm and distance; c
       path[row.at("arm")][std::stoi(row.at("seq_len"))] = std::stol(row.at("critical_path"));
     }
   }
-  // Two seeds x three arms, each with distances 1, 3, ..., 2S-1 for the quick source length S = 8.
-  REQUIRE(distances.size() == 6);
+  // Every seed x three arms, each with distances 1, 3, ..., 2S-1 for the quick source length S = 8.
+  REQUIRE(distances.size() == 3 * seeds.size());
+  std::set<std::string> seen;
   for (const auto& [key, d] : distances) {
     CAPTURE(key.first, key.second);
     CHECK(d == std::set<int>{1, 3, 5, 7, 9, 11, 13, 15});
+    seen.insert(key.first);
   }
-  std::set<std::string> seeds;
-  for (const auto& [key, d] : distances) seeds.insert(key.first);
-  CHECK(seeds == std::set<std::string>{"5", "6"});
+  CHECK(seen == seeds);
   // The tape part: three lengths per arm; the RNNs' path grows at every step, the Transformer's is constant.
   REQUIRE(path.size() == 3);
   for (const auto& [arm, by_len] : path) {
@@ -98,5 +92,40 @@ TEST_CASE("experiment gradient-path --quick: norms per seed, arm and distance; c
         CHECK(it->second > std::prev(it)->second);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("experiment gradient-path --quick: norms per arm and distance; critical paths by length",
+          "[cli][experiment]") {
+  const std::string dir = tapegrad::test::temp_dir("exp", "gradient-path");
+  const tapegrad::test::Run r =
+      tapegrad::test::run("experiment gradient-path --quick --seed 5 --threads 1 --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("gradient norm at distance 15 / at distance 1") &&
+                        Catch::Contains("critical path of one training step"));
+  check_results(dir, {"5"}, "150");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("experiment gradient-path: one row per seed, arm and distance with two seeds",
+          "[cli][experiment]") {
+  const std::string dir = tapegrad::test::temp_dir("exp", "gradient-path-seeds");
+  tapegrad::experiment::Options o;
+  o.quick = true;
+  o.steps = 40;
+  o.seed = 5;
+  o.seeds = 2;
+  o.threads = 1;
+  o.out_dir = dir;
+  const tapegrad::experiment::Report r = tapegrad::experiment::run("gradient-path", o);
+  CHECK(r.figures.size() == 2);
+  for (const auto& f : r.figures) {
+    CAPTURE(f.file);
+    REQUIRE(f.series.size() == 3);
+    for (const auto& s : f.series) CHECK(s.y.size() == s.x.size());
+  }
+  check_results(dir, {"5", "6"}, "40");
   fs::remove_all(dir);
 }

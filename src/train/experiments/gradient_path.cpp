@@ -99,6 +99,9 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
       backward(objective, {}, /*retain_graph=*/true);
       const Tensor g = watch.take();  // [B, S, E]
       if (!g.defined()) continue;     // no gradient reached the source: norms 0
+      if (g.ndim() != 3 || g.size(0) != B || g.size(1) != S)
+        throw Error("experiment gradient-path: the source embeddings' gradient is " + to_string(g.shape()) +
+                    ", expected [" + std::to_string(B) + ", " + std::to_string(S) + ", E]");
       const int64_t E = g.size(2);
       const double* gd = g.data<double>();
       for (int64_t b = 0; b < B; ++b)
