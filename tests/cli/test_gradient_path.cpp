@@ -56,12 +56,16 @@ void check_results(const std::string& dir, const std::set<std::string>& seeds, c
     if (row.at("part") == "gradient") {
       CAPTURE(row.at("seed"), row.at("arm"), row.at("distance"));
       CHECK(distances[{row.at("seed"), row.at("arm")}].insert(std::stoi(row.at("distance"))).second);
-      for (const char* col : {"grad_norm", "grad_norm_rel", "grad_norm_all_pairs"}) {
+      for (const char* col :
+           {"grad_norm", "grad_norm_rel", "grad_gain", "grad_gain_rel", "grad_norm_all_pairs"}) {
         const double v = std::stod(row.at(col));
         CHECK(std::isfinite(v));
         CHECK(v > 0);
       }
-      if (row.at("distance") == "1") CHECK(std::stod(row.at("grad_norm_rel")) == 1.0);
+      if (row.at("distance") == "1") {
+        CHECK(std::stod(row.at("grad_norm_rel")) == 1.0);
+        CHECK(std::stod(row.at("grad_gain_rel")) == 1.0);
+      }
       CHECK(row.at("steps") == steps);
     } else {
       REQUIRE(row.at("part") == "tape");
@@ -120,7 +124,7 @@ TEST_CASE("experiment gradient-path: one row per seed, arm and distance with two
   o.threads = 1;
   o.out_dir = dir;
   const tapegrad::experiment::Report r = tapegrad::experiment::run("gradient-path", o);
-  CHECK(r.figures.size() == 2);
+  CHECK(r.figures.size() == 3);  // gradient norm, gradient gain, critical path
   for (const auto& f : r.figures) {
     CAPTURE(f.file);
     REQUIRE(f.series.size() == 3);

@@ -65,11 +65,14 @@ Tensor source_embedding_table(const models::Seq2Seq& model) {
 }
 
 // Per output position j: the mean over examples of |d log p(y_j) / d e_(S-1-j)| (the token it must
-// reproduce on reverse); per distance d (1 .. 2S-1): the mean over examples and every pair (i, j) with
-// (S-1-i) + j + 1 = d.
+// reproduce on reverse), and the same divided per example by |d log p(y_j) / d z_j| = |onehot(y_j) -
+// softmax(z_j)|, the gradient at that position's logits z_j: the gain of the path from the source token
+// to the output, without the factor a confident prediction (p(y_j) near 1) puts on every gradient; per
+// distance d (1 .. 2S-1): the mean norm over examples and every pair (i, j) with (S-1-i) + j + 1 = d.
 struct GradientProfile {
-  std::vector<double> relevant;   // [S], index j; distance 2j + 1
-  std::vector<double> all_pairs;  // [2S], index d (0 unused)
+  std::vector<double> relevant;       // [S], index j; distance 2j + 1
+  std::vector<double> relevant_gain;  // [S], index j
+  std::vector<double> all_pairs;      // [2S], index d (0 unused)
 };
 
 GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batch) {
@@ -82,6 +85,7 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
   SourceEmbeddingGradient watch(source_embedding_table(model));
   GradientProfile p;
   p.relevant.assign(size_t(S), 0);
+  p.relevant_gain.assign(size_t(S), 0);
   p.all_pairs.assign(size_t(2 * S), 0);
   std::vector<double> pairs_at(size_t(2 * S), 0);
   {
@@ -91,6 +95,17 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
     const int64_t V = log_p.size(2);
     const Tensor targets = batch.tgt_out.clone();
     const int32_t* y = targets.data<int32_t>();
+    const Tensor log_p64 = log_p.detach().to(DType::f64);
+    const double* lp = log_p64.data<double>();
+    // |d log p(y_bj) / d z_bj|^2 = sum_v (1[v = y] - p_v)^2
+    auto output_gradient_norm = [&](int64_t b, int64_t j) {
+      double sq = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double dz = (v == y[b * Tt + j] ? 1.0 : 0.0) - std::exp(lp[(b * Tt + j) * V + v]);
+        sq += dz * dz;
+      }
+      return std::sqrt(sq);
+    };
     for (int64_t j = 0; j < S; ++j) {
       // sum_b log p(y_bj): a one-hot pick of each example's target token at position j.
       std::vector<double> pick(size_t(B * Tt * V), 0.0);
@@ -104,7 +119,8 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
                     ", expected [" + std::to_string(B) + ", " + std::to_string(S) + ", E]");
       const int64_t E = g.size(2);
       const double* gd = g.data<double>();
-      for (int64_t b = 0; b < B; ++b)
+      for (int64_t b = 0; b < B; ++b) {
+        const double at_output = output_gradient_norm(b, j);
         for (int64_t i = 0; i < S; ++i) {
           double sq = 0;
           for (int64_t e = 0; e < E; ++e) sq += gd[(b * S + i) * E + e] * gd[(b * S + i) * E + e];
@@ -112,8 +128,12 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
           const int64_t d = (S - 1 - i) + j + 1;
           p.all_pairs[size_t(d)] += norm;
           if (b == 0) pairs_at[size_t(d)] += 1;
-          if (i == S - 1 - j) p.relevant[size_t(j)] += norm;
+          if (i == S - 1 - j) {
+            p.relevant[size_t(j)] += norm;
+            p.relevant_gain[size_t(j)] += at_output > 0 ? norm / at_output : 0;
+          }
         }
+      }
     }
   }
   current_tape().clear();
@@ -122,15 +142,11 @@ GradientProfile gradient_profile(models::Seq2Seq& model, const data::Batch& batc
   return p;
 }
 
-const std::vector<std::string> kColumns = {"experiment",     "part",
-                                           "seed",           "arm",
-                                           "model",          "parameters",
-                                           "steps",          "seq_len",
-                                           "distance",       "examples",
-                                           "token_accuracy", "grad_norm",
-                                           "grad_norm_rel",  "grad_norm_all_pairs",
-                                           "entries",        "critical_path",
-                                           "work_flops",     "parallel_width"};
+const std::vector<std::string> kColumns = {
+    "experiment",          "part",      "seed",          "arm",        "model",
+    "parameters",          "steps",     "seq_len",       "distance",   "examples",
+    "token_accuracy",      "grad_norm", "grad_norm_rel", "grad_gain",  "grad_gain_rel",
+    "grad_norm_all_pairs", "entries",   "critical_path", "work_flops", "parallel_width"};
 
 std::string sci(double v) {
   char buf[64];
@@ -155,16 +171,15 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   Report r;
   r.name = "gradient-path";
   r.table.columns = kColumns;
-  r.shown = {"part",          "seed",          "arm",
-             "seq_len",       "distance",      "token_accuracy",
-             "grad_norm",     "grad_norm_rel", "grad_norm_all_pairs",
-             "entries",       "critical_path", "work_flops",
-             "parallel_width"};
+  r.shown = {"part",           "seed",          "arm",           "seq_len",       "distance",
+             "token_accuracy", "grad_norm",     "grad_norm_rel", "grad_gain_rel", "grad_norm_all_pairs",
+             "entries",        "critical_path", "work_flops",    "parallel_width"};
   auto label = [](const models::ModelConfig& c) { return arm_label(c); };
 
   // ---- part 1: gradient norm against distance, per seed and arm ----
-  // rel[arm][seed][j]: the relevant-token norm over its value at the smallest distance
-  std::vector<std::vector<std::vector<double>>> rel(arms.size());
+  // rel[arm][seed][j], gain_rel[arm][seed][j]: the relevant-token norm and gain over their values at
+  // the smallest distance
+  std::vector<std::vector<std::vector<double>>> rel(arms.size()), gain_rel(arms.size());
   const int runs = int(arms.size() * seeds.size());
   int run_index = 0;
   for (uint64_t seed : seeds) {
@@ -204,17 +219,34 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       const train::EvalResult acc =
           train::evaluate(*s.model, s.vocab, task->tokenization(), held_out, 256, S + 8, 0);
       const GradientProfile p = gradient_profile(*s.model, data::make_batch(held_out));
-      std::vector<double> curve;
+      std::vector<double> curve, gain_curve;
       for (int j = 0; j < S; ++j) {
-        const double norm = p.relevant[size_t(j)], rel_norm = norm / p.relevant[0];
-        curve.push_back(rel_norm);
-        r.table.add({"gradient-path", "gradient", std::to_string(seed), label(arms[a]),
-                     models::model_name(arms[a].kind), std::to_string(s.model->parameter_count()),
-                     std::to_string(steps), std::to_string(S), std::to_string(2 * j + 1),
-                     std::to_string(examples), fmt(acc.token_accuracy), sci(norm), sci(rel_norm),
-                     sci(p.all_pairs[size_t(2 * j + 1)]), "-", "-", "-", "-"});
+        const double norm = p.relevant[size_t(j)], gain = p.relevant_gain[size_t(j)];
+        curve.push_back(norm / p.relevant[0]);
+        gain_curve.push_back(gain / p.relevant_gain[0]);
+        r.table.add({"gradient-path",
+                     "gradient",
+                     std::to_string(seed),
+                     label(arms[a]),
+                     models::model_name(arms[a].kind),
+                     std::to_string(s.model->parameter_count()),
+                     std::to_string(steps),
+                     std::to_string(S),
+                     std::to_string(2 * j + 1),
+                     std::to_string(examples),
+                     fmt(acc.token_accuracy),
+                     sci(norm),
+                     sci(curve.back()),
+                     sci(gain),
+                     sci(gain_curve.back()),
+                     sci(p.all_pairs[size_t(2 * j + 1)]),
+                     "-",
+                     "-",
+                     "-",
+                     "-"});
       }
       rel[a].push_back(curve);
+      gain_rel[a].push_back(gain_curve);
       if (cb.log)
         cb.log("    " + what + ": token accuracy " + fmt(acc.token_accuracy, 2) + " at length " +
                std::to_string(S) + "; |grad| at distance 1: " + sci(p.relevant[0]) + ", at " +
@@ -229,39 +261,62 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
     for (int len : lengths) {
       const TapeShape t = tape_shape(arms[a], "reverse", len, batch_size, seeds.front());
       shapes[a].push_back(t);
-      r.table.add({"gradient-path", "tape", std::to_string(seeds.front()), label(arms[a]),
-                   models::model_name(arms[a].kind), "-", "1", std::to_string(len), "-",
-                   std::to_string(batch_size), "-", "-", "-", "-", std::to_string(t.entries),
-                   std::to_string(t.critical_path), sci(t.work_flops), sci(t.parallel_width())});
+      r.table.add({"gradient-path",
+                   "tape",
+                   std::to_string(seeds.front()),
+                   label(arms[a]),
+                   models::model_name(arms[a].kind),
+                   "-",
+                   "1",
+                   std::to_string(len),
+                   "-",
+                   std::to_string(batch_size),
+                   "-",
+                   "-",
+                   "-",
+                   "-",
+                   "-",
+                   "-",
+                   std::to_string(t.entries),
+                   std::to_string(t.critical_path),
+                   sci(t.work_flops),
+                   sci(t.parallel_width())});
     }
 
   // ---- summary ----
-  // Stated before measuring: "decays" means the relevant-token norm at the largest distance is below a
+  // Stated before measuring: "decays" means the relevant-token value at the largest distance is below a
   // quarter of its value at the smallest, in the mean over seeds; "does not decay", at least half.
   const double kDecays = 0.25, kFlat = 0.5;
-  const int far = S - 1;
-  std::vector<Spread> decay(arms.size());
-  for (size_t a = 0; a < arms.size(); ++a) {
-    std::vector<double> f;
-    for (const auto& curve : rel[a]) f.push_back(curve[size_t(far)]);
-    decay[a] = spread(f);
-    std::string line = label(arms[a]) + ": gradient norm at distance " + std::to_string(2 * S - 1) +
-                       " / at distance 1 = " + fmt_spread(decay[a], 3) + " over " +
-                       std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") +
-                       "; relative norm by distance (mean over seeds):";
-    for (int j = 0; j < S; ++j) {
-      std::vector<double> v;
-      for (const auto& curve : rel[a]) v.push_back(curve[size_t(j)]);
-      line += " " + sci(spread(v).mean);
+  // The mean and min-max over seeds of curves[arm][seed][j], per j.
+  auto over_seeds = [&](const std::vector<std::vector<double>>& curves, int j) {
+    std::vector<double> v;
+    for (const auto& curve : curves) v.push_back(curve[size_t(j)]);
+    return spread(v);
+  };
+  auto verdict = [&](const std::vector<std::vector<std::vector<double>>>& curves, const std::string& what) {
+    std::vector<Spread> decay;
+    for (size_t a = 0; a < arms.size(); ++a) {
+      decay.push_back(over_seeds(curves[a], S - 1));
+      std::string line = label(arms[a]) + ": " + what + " at distance " + std::to_string(2 * S - 1) +
+                         " / at distance 1 = " + fmt_spread(decay[a], 3) + " over " +
+                         std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") +
+                         "; by distance (relative, mean over seeds):";
+      for (int j = 0; j < S; ++j) line += " " + sci(over_seeds(curves[a], j).mean);
+      r.summary.push_back(line);
     }
-    r.summary.push_back(line);
-  }
-  const bool grad_shown = decay[0].mean < kDecays && decay[1].mean >= kFlat && decay[2].mean >= kFlat;
+    const bool shown = decay[0].mean < kDecays && decay[1].mean >= kFlat && decay[2].mean >= kFlat;
+    r.summary.push_back(std::string(shown ? "shown" : "NOT shown") + " (" + what +
+                        "): the vanilla GRU's decays " + "with distance (factor " + fmt(decay[0].mean, 3) +
+                        ", threshold below " + fmt(kDecays, 2) + "), the attention models' does not (" +
+                        fmt(decay[1].mean, 3) + " and " + fmt(decay[2].mean, 3) + ", threshold at least " +
+                        fmt(kFlat, 2) + ")");
+  };
+  verdict(rel, "gradient norm");
+  verdict(gain_rel, "gradient gain (norm / |d log p(y_j) / d logits_j|)");
   r.summary.push_back(
-      std::string(grad_shown ? "shown" : "NOT shown") + ": the vanilla GRU's gradient to the token " +
-      "it must reproduce decays with distance (factor " + fmt(decay[0].mean, 3) + ", threshold below " +
-      fmt(kDecays, 2) + "), the attention models' does not (" + fmt(decay[1].mean, 3) + " and " +
-      fmt(decay[2].mean, 3) + ", threshold at least " + fmt(kFlat, 2) + ")");
+      "the gain divides each example's norm by the gradient at its own output logits, |onehot(y_j) - "
+      "softmax(z_j)|, which is near 0 wherever the model is sure of y_j: the raw norm mixes how far the "
+      "source token is with how sure the model is of the output; the gain keeps only the path");
   bool path_shown = true;
   std::string path_line = "critical path of one training step (dependent tape entries) at lengths";
   for (int len : lengths) path_line += " " + std::to_string(len);
@@ -283,22 +338,27 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       sci(shapes[0].back().parallel_width()) + " for the vanilla GRU)");
 
   // ---- figures ----
-  Figure grad =
-      line_figure("gradient_norm.png", "gradient norm against distance",
-                  "distance (encoder steps after the source token + decoder steps before the output)",
-                  "|d log p(y_j) / d source embedding|, relative to distance 1", /*log_y=*/true);
-  for (size_t a = 0; a < arms.size(); ++a) {
-    Series s;
-    s.label = label(arms[a]);
-    for (int j = 0; j < S; ++j) {
-      std::vector<double> v;
-      for (const auto& curve : rel[a]) v.push_back(curve[size_t(j)]);
-      const Spread sp = spread(v);
-      s.x.push_back(2 * j + 1), s.y.push_back(sp.mean), s.y_lo.push_back(sp.min), s.y_hi.push_back(sp.max);
+  auto curve_figure = [&](const std::vector<std::vector<std::vector<double>>>& curves, std::string file,
+                          std::string title, std::string y_label) {
+    Figure f =
+        line_figure(std::move(file), std::move(title),
+                    "distance (encoder steps after the source token + decoder steps before the output)",
+                    std::move(y_label), /*log_y=*/true);
+    for (size_t a = 0; a < arms.size(); ++a) {
+      Series s;
+      s.label = label(arms[a]);
+      for (int j = 0; j < S; ++j) {
+        const Spread sp = over_seeds(curves[a], j);
+        s.x.push_back(2 * j + 1), s.y.push_back(sp.mean), s.y_lo.push_back(sp.min), s.y_hi.push_back(sp.max);
+      }
+      f.series.push_back(s);
     }
-    grad.series.push_back(s);
-  }
-  r.figures.push_back(grad);
+    return f;
+  };
+  r.figures.push_back(curve_figure(rel, "gradient_norm.png", "gradient norm against distance",
+                                   "|d log p(y_j) / d source embedding|, relative to distance 1"));
+  r.figures.push_back(curve_figure(gain_rel, "gradient_gain.png", "gradient gain against distance",
+                                   "norm / |d log p(y_j) / d logits_j|, relative to distance 1"));
   Figure path = line_figure("critical_path.png", "critical path against length", "source length",
                             "critical path (dependent tape entries in one step)");
   for (size_t a = 0; a < arms.size(); ++a) {

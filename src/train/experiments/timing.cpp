@@ -221,26 +221,26 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
                       " the Transformer's tokens/s changes x" + fmt(growth[1], 2) +
                       ", the attention GRU's x" + fmt(growth[0], 2) +
                       " (threshold: the Transformer's gain at least 1.2 times the GRU's)");
-  double narrowest = points.front().shape.parallel_width();
-  for (const auto& p : points) narrowest = std::min(narrowest, p.shape.parallel_width());
   std::string budget;
   for (int len : lengths)
     budget += (budget.empty() ? "" : ", ") + std::to_string(timed_steps(len)) + " at " + std::to_string(len);
+  const Point &rnn_hi = at(rn, hi, 1, s0), &tf_hi = at(tn_name, hi, 1, s0);
   r.summary.push_back(
       "what the timings on " + std::to_string(tn) + " thread" + (tn > 1 ? "s" : "") +
-      " can show: the cost of a step against the length on this machine and whether more threads help at "
-      "all; "
-      "what they cannot show: the advantage the claim is about. Every level of both models here is wide (at "
-      "least " +
-      sci(narrowest) + " FLOPs), far more than " + std::to_string(tn) +
-      " cores need to stay busy, so on this machine both are bound by their total work and the thread "
-      "speed-up is capped at " +
+      " can show: how a step's cost grows with the length on this machine, and whether a level's work is "
+      "large enough to split over " +
       std::to_string(tn) +
-      " for either; the critical path bounds the step time only with enough cores to do each level at once, "
-      "where the RNN still needs its chain of sequential steps and the Transformer does not. Timed steps per "
-      "point: " +
-      budget + " (after " + std::to_string(warm_steps(lo)) + " warm-up step(s), " +
-      std::to_string(warm_steps(hi)) + " at the longest length; the first one recorded on the tape).");
+      " cores against the cost of starting threads (a matter of grain: the GRU's levels average " +
+      sci(rnn_hi.shape.parallel_width()) + " FLOPs at length " + std::to_string(hi) + ", the Transformer's " +
+      sci(tf_hi.shape.parallel_width()) + "). What they cannot show: the advantage the claim is about. On " +
+      std::to_string(tn) + " cores either model gains at most x" + std::to_string(tn) +
+      ", however wide its levels; only a machine with enough cores to run each level at once is bound by "
+      "the critical path, where at length " +
+      std::to_string(hi) + " the GRU still waits for " + std::to_string(rnn_hi.shape.critical_path) +
+      " dependent entries per pass and the Transformer for " + std::to_string(tf_hi.shape.critical_path) +
+      ". Timed steps per point: " + budget + " (after " + std::to_string(warm_steps(lo)) +
+      " warm-up step(s), " + std::to_string(warm_steps(hi)) +
+      " at the longest length; the first one recorded on the tape).");
 
   // ---- figures ----
   Figure path = line_figure("critical_path.png", "critical path against length", "sequence length",
