@@ -10,6 +10,7 @@
 //   report.cpp    Table and Report (text and CSV), number formatting
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,12 @@ namespace tapegrad::experiment::detail {
 
 // ---- formatting (report.cpp) ----------------------------------------------------------------------
 std::string fmt(double v, int digits = 3);
+// Significant digits, for values spanning orders of magnitude (gradient norms, FLOPs): "1.234e+05".
+inline std::string fmt_sig(double v, int digits = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
 std::string range_name(int lo, int hi);
 void write_file(const std::string& path, const std::string& text);
 
@@ -104,7 +111,8 @@ TapeShape record_step(train::Session& session, const data::Batch& batch);
 TapeShape tape_shape(const models::ModelConfig& config, const std::string& task, int length,
                      int64_t batch_size, uint64_t seed);
 
-// ---- the experiments (accuracy.cpp, timing.cpp, gradient_path.cpp) ----------------------------------------------------
+// ---- the experiments (accuracy.cpp, timing.cpp, gradient_path.cpp)
+// ----------------------------------------------------
 Report bottleneck(const Options& opts, const Callbacks& cb);
 Report long_range(const Options& opts, const Callbacks& cb);
 Report positional(const Options& opts, const Callbacks& cb);

@@ -148,12 +148,6 @@ const std::vector<std::string> kColumns = {
     "token_accuracy",      "grad_norm", "grad_norm_rel", "grad_gain",  "grad_gain_rel",
     "grad_norm_all_pairs", "entries",   "critical_path", "work_flops", "parallel_width"};
 
-std::string sci(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
-
 }  // namespace
 
 Report gradient_path(const Options& opts, const Callbacks& cb) {
@@ -235,11 +229,11 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
                      std::to_string(2 * j + 1),
                      std::to_string(examples),
                      fmt(acc.token_accuracy),
-                     sci(norm),
-                     sci(curve.back()),
-                     sci(gain),
-                     sci(gain_curve.back()),
-                     sci(p.all_pairs[size_t(2 * j + 1)]),
+                     fmt_sig(norm),
+                     fmt_sig(curve.back()),
+                     fmt_sig(gain),
+                     fmt_sig(gain_curve.back()),
+                     fmt_sig(p.all_pairs[size_t(2 * j + 1)]),
                      "-",
                      "-",
                      "-",
@@ -249,8 +243,8 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       gain_rel[a].push_back(gain_curve);
       if (cb.log)
         cb.log("    " + what + ": token accuracy " + fmt(acc.token_accuracy, 2) + " at length " +
-               std::to_string(S) + "; |grad| at distance 1: " + sci(p.relevant[0]) + ", at " +
-               std::to_string(2 * S - 1) + ": " + sci(p.relevant[size_t(S - 1)]));
+               std::to_string(S) + "; |grad| at distance 1: " + fmt_sig(p.relevant[0]) + ", at " +
+               std::to_string(2 * S - 1) + ": " + fmt_sig(p.relevant[size_t(S - 1)]));
     }
   }
 
@@ -279,8 +273,8 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
                    "-",
                    std::to_string(t.entries),
                    std::to_string(t.critical_path),
-                   sci(t.work_flops),
-                   sci(t.parallel_width())});
+                   fmt_sig(t.work_flops),
+                   fmt_sig(t.parallel_width())});
     }
 
   // ---- summary ----
@@ -301,7 +295,7 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
                          " / at distance 1 = " + fmt_spread(decay[a], 3) + " over " +
                          std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") +
                          "; by distance (relative, mean over seeds):";
-      for (int j = 0; j < S; ++j) line += " " + sci(over_seeds(curves[a], j).mean);
+      for (int j = 0; j < S; ++j) line += " " + fmt_sig(over_seeds(curves[a], j).mean);
       r.summary.push_back(line);
     }
     const bool shown = decay[0].mean < kDecays && decay[1].mean >= kFlat && decay[2].mean >= kFlat;
@@ -333,9 +327,9 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       std::string(path_shown ? "shown" : "NOT shown") +
       ": the RNNs' critical path grows with the source length, the Transformer's is the same at "
       "every length (its work grows instead: parallel width " +
-      sci(shapes[2].front().parallel_width()) + " -> " + sci(shapes[2].back().parallel_width()) +
-      " FLOPs per dependent level, against " + sci(shapes[0].front().parallel_width()) + " -> " +
-      sci(shapes[0].back().parallel_width()) + " for the vanilla GRU)");
+      fmt_sig(shapes[2].front().parallel_width()) + " -> " + fmt_sig(shapes[2].back().parallel_width()) +
+      " FLOPs per dependent level, against " + fmt_sig(shapes[0].front().parallel_width()) + " -> " +
+      fmt_sig(shapes[0].back().parallel_width()) + " for the vanilla GRU)");
 
   // ---- figures ----
   auto curve_figure = [&](const std::vector<std::vector<std::vector<double>>>& curves, std::string file,

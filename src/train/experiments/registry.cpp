@@ -10,7 +10,8 @@
 namespace tapegrad::experiment {
 
 namespace {
-const std::vector<std::string> kNames = {"bottleneck", "long-range", "positional", "parallelism", "gradient-path"};
+const std::vector<std::string> kNames = {"bottleneck", "long-range", "positional", "parallelism",
+                                         "gradient-path"};
 }  // namespace
 
 namespace detail {
@@ -71,13 +72,13 @@ std::string description(const std::string& name) {
            "positions it must fail) and sort (a control: the answer ignores the source order), lengths 8-16 "
            "(default 1000 steps per arm)";
   if (name == "parallelism")
-    return "training-step time (forward + backward + update) and tokens/s at lengths 16, 32, 64, 128, 256 for "
-           "an attention GRU and a Transformer of similar size, at 1 and --threads threads, once per seed, "
-           "beside each model's critical path (the longest chain of dependent tape entries in one step), its "
-           "work (forward + backward FLOPs) and parallel width (work per dependent level), which measure the "
-           "claim independently of this machine's cores: the RNN's path grows with the length, the "
-           "Transformer's does not (batch 32; median of 10 timed steps after 3 warm-up steps up to length 64, "
-           "5 and 3 timed steps after 1 warm-up step at 128 and 256)";
+    return "training-step time (forward + backward + update) and tokens/s at lengths 16, 32, 64, 128, "
+           "256 for an attention GRU and a Transformer of similar size, at 1 and --threads threads, once "
+           "per seed, beside each model's critical path (the longest chain of dependent tape entries in one "
+           "step), its work (forward + backward FLOPs) and parallel width (work per dependent level), which "
+           "measure the claim independently of this machine's cores: the RNN's path grows with the length, "
+           "the Transformer's does not (batch 32; median of 10 timed steps after 3 warm-up steps up to "
+           "length 64, of 5 and 3 timed steps after 1 warm-up step at 128 and 256)";
   if (name == "gradient-path")
     return "after training a vanilla GRU, an attention GRU and a Transformer on reverse (lengths 4-16, 1000 "
            "steps each), the norm of the gradient of each output token's log-probability log p(y_j) with "
@@ -102,11 +103,11 @@ void validate(const std::string& name, const Options& o) {
 Report run(const std::string& name, const Options& opts, const Callbacks& cb) {
   validate(name, opts);
   if (!opts.out_dir.empty()) std::filesystem::create_directories(opts.out_dir);
-  Report r = name == "bottleneck"   ? detail::bottleneck(opts, cb)
-             : name == "long-range" ? detail::long_range(opts, cb)
-             : name == "positional" ? detail::positional(opts, cb)
+  Report r = name == "bottleneck"      ? detail::bottleneck(opts, cb)
+             : name == "long-range"    ? detail::long_range(opts, cb)
+             : name == "positional"    ? detail::positional(opts, cb)
              : name == "gradient-path" ? detail::gradient_path(opts, cb)
-                                    : detail::parallelism(opts, cb);
+                                       : detail::parallelism(opts, cb);
   if (!opts.out_dir.empty()) {
     detail::write_file(opts.out_dir + "/results.csv", r.table.to_csv());
     detail::write_file(opts.out_dir + "/report.txt", "experiment " + name + "\n" + r.to_text());

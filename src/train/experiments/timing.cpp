@@ -36,11 +36,6 @@ std::string fmt_median(const Median& m, int digits) {
   if (m.min == m.max) return fmt(m.median, digits);
   return fmt(m.median, digits) + " (" + fmt(m.min, digits) + "-" + fmt(m.max, digits) + ")";
 }
-std::string sci(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
 }  // namespace
 
 Report parallelism(const Options& opts, const Callbacks& cb) {
@@ -141,8 +136,8 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
             cb.log("[" + std::to_string(index) + "/" + std::to_string(total) + "] " + what + ": " +
                    fmt(med * 1e3, 1) + " ms/step (median of " + std::to_string(timed) + "), " +
                    fmt(double(b.target_tokens()) / med, 0) + " tokens/s; critical path " +
-                   std::to_string(shape.critical_path) + ", parallel width " + sci(shape.parallel_width()) +
-                   " FLOPs per level");
+                   std::to_string(shape.critical_path) + ", parallel width " +
+                   fmt_sig(shape.parallel_width(), 3) + " FLOPs per level");
         }
       }
     }
@@ -159,7 +154,7 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
                  std::to_string(p.timed), fmt(p.ms, 2), fmt(p.tok_s, 0), fmt(speedup, 2),
                  fmt(p.ms / at(p.model, lengths.front(), p.threads, p.seed).ms, 2),
                  std::to_string(p.shape.entries), std::to_string(p.shape.critical_path),
-                 sci(p.shape.work_flops), sci(p.shape.parallel_width())});
+                 fmt_sig(p.shape.work_flops, 3), fmt_sig(p.shape.parallel_width(), 3)});
   }
   // Over seeds: the median and min-max of a quantity of one (model, length, threads) point.
   auto over_seeds = [&](const std::string& model, int len, int t, auto value) {
@@ -191,8 +186,8 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
     for (int len : lengths) line += " " + std::to_string(at(model, len, 1, s0).shape.critical_path);
     line += " at lengths";
     for (int len : lengths) line += " " + std::to_string(len);
-    line += "; parallel width " + sci(a.shape.parallel_width()) + " -> " + sci(b.shape.parallel_width()) +
-            " FLOPs per level (x" + fmt(width_growth[m], 1) +
+    line += "; parallel width " + fmt_sig(a.shape.parallel_width(), 3) + " -> " +
+            fmt_sig(b.shape.parallel_width(), 3) + " FLOPs per level (x" + fmt(width_growth[m], 1) +
             "); 1 thread: " + fmt_median(over_seeds(model, lo, 1, ms_of), 1) + " ms/step at length " +
             std::to_string(lo) + " -> " + fmt_median(over_seeds(model, hi, 1, ms_of), 1) + " at " +
             std::to_string(hi) + "; tokens/s x" + fmt(growth[m], 2);
@@ -231,9 +226,10 @@ Report parallelism(const Options& opts, const Callbacks& cb) {
       "large enough to split over " +
       std::to_string(tn) +
       " cores against the cost of starting threads (a matter of grain: the GRU's levels average " +
-      sci(rnn_hi.shape.parallel_width()) + " FLOPs at length " + std::to_string(hi) + ", the Transformer's " +
-      sci(tf_hi.shape.parallel_width()) + "). What they cannot show: the advantage the claim is about. On " +
-      std::to_string(tn) + " cores either model gains at most x" + std::to_string(tn) +
+      fmt_sig(rnn_hi.shape.parallel_width(), 3) + " FLOPs at length " + std::to_string(hi) +
+      ", the Transformer's " + fmt_sig(tf_hi.shape.parallel_width(), 3) +
+      "). What they cannot show: the advantage the claim is about. On " + std::to_string(tn) +
+      " cores either model gains at most x" + std::to_string(tn) +
       ", however wide its levels; only a machine with enough cores to run each level at once is bound by "
       "the critical path, where at length " +
       std::to_string(hi) + " the GRU still waits for " + std::to_string(rnn_hi.shape.critical_path) +
