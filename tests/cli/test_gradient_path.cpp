@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "process.hpp"
 #include "tapegrad/experiment.hpp"
@@ -46,8 +47,8 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 void check_results(const std::string& dir, const std::set<std::string>& seeds, const std::string& steps) {
   const auto rows = read_csv(dir + "/results.csv");
   const std::set<std::string> arms = {"rnn-gru", "attention-rnn-gru", "transformer-sinusoidal"};
-  // part gradient: (seed, arm) -> distances seen
-  std::map<std::pair<std::string, std::string>, std::set<int>> distances;
+  // part gradient: (seed, arm, steps) -> distances seen; steps 0 (before training) and `steps`
+  std::map<std::tuple<std::string, std::string, std::string>, std::set<int>> distances;
   // part tape: arm -> length -> critical path
   std::map<std::string, std::map<int, long>> path;
   for (const auto& row : rows) {
@@ -55,7 +56,10 @@ void check_results(const std::string& dir, const std::set<std::string>& seeds, c
     CHECK(arms.count(row.at("arm")) == 1);
     if (row.at("part") == "gradient") {
       CAPTURE(row.at("seed"), row.at("arm"), row.at("distance"));
-      CHECK(distances[{row.at("seed"), row.at("arm")}].insert(std::stoi(row.at("distance"))).second);
+      CHECK(distances[{row.at("seed"), row.at("arm"), row.at("steps")}]
+                .insert(std::stoi(row.at("distance")))
+                .second);
+      CHECK((row.at("steps") == "0" || row.at("steps") == steps));
       for (const char* col :
            {"grad_norm", "grad_norm_rel", "grad_gain", "grad_gain_rel", "grad_norm_all_pairs"}) {
         const double v = std::stod(row.at(col));
@@ -66,7 +70,6 @@ void check_results(const std::string& dir, const std::set<std::string>& seeds, c
         CHECK(std::stod(row.at("grad_norm_rel")) == 1.0);
         CHECK(std::stod(row.at("grad_gain_rel")) == 1.0);
       }
-      CHECK(row.at("steps") == steps);
     } else {
       REQUIRE(row.at("part") == "tape");
       CHECK(std::stol(row.at("entries")) >= std::stol(row.at("critical_path")));
@@ -75,13 +78,14 @@ void check_results(const std::string& dir, const std::set<std::string>& seeds, c
       path[row.at("arm")][std::stoi(row.at("seq_len"))] = std::stol(row.at("critical_path"));
     }
   }
-  // Every seed x three arms, each with distances 1, 3, ..., 2S-1 for the quick source length S = 8.
-  REQUIRE(distances.size() == 3 * seeds.size());
+  // Every seed x three arms x {before, after training}, each with distances 1, 3, ..., 2S-1 for the
+  // quick source length S = 8.
+  REQUIRE(distances.size() == 3 * 2 * seeds.size());
   std::set<std::string> seen;
   for (const auto& [key, d] : distances) {
-    CAPTURE(key.first, key.second);
+    CAPTURE(std::get<0>(key), std::get<1>(key), std::get<2>(key));
     CHECK(d == std::set<int>{1, 3, 5, 7, 9, 11, 13, 15});
-    seen.insert(key.first);
+    seen.insert(std::get<0>(key));
   }
   CHECK(seen == seeds);
   // The tape part: three lengths per arm; the RNNs' path grows at every step, the Transformer's is constant.
@@ -127,7 +131,8 @@ TEST_CASE("experiment gradient-path: one row per seed, arm and distance with two
   CHECK(r.figures.size() == 3);  // gradient norm, gradient gain, critical path
   for (const auto& f : r.figures) {
     CAPTURE(f.file);
-    REQUIRE(f.series.size() == 3);
+    // one series per arm; the gain also before training
+    REQUIRE(f.series.size() == (f.file == "gradient_gain.png" ? 6u : 3u));
     for (const auto& s : f.series) CHECK(s.y.size() == s.x.size());
   }
   check_results(dir, {"5", "6"}, "40");

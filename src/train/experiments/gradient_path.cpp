@@ -8,6 +8,10 @@
 // part: the critical path of one training step read from the tape (tape_shape.cpp) against the
 // source length; the RNNs' grows with it, the Transformer's should not.
 //
+// Beside the norm, its gain: the norm over the gradient at that output's logits, |onehot(y_j) -
+// softmax(z_j)|, which a confident prediction makes small whatever the path; and both once before
+// training (steps 0), the paths the architecture starts with.
+//
 // The gradient is read without changing the models: a TapeObserver takes the grad_output of the one
 // tape entry that looks up the encoder's embedding table (src_embed.weight), one backward per output
 // position (the sum over the batch of log p(y_j): examples in a batch are independent).
@@ -174,6 +178,8 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   // rel[arm][seed][j], gain_rel[arm][seed][j]: the relevant-token norm and gain over their values at
   // the smallest distance
   std::vector<std::vector<std::vector<double>>> rel(arms.size()), gain_rel(arms.size());
+  // the same before training
+  std::vector<std::vector<std::vector<double>>> init_rel(arms.size()), init_gain_rel(arms.size());
   const int runs = int(arms.size() * seeds.size());
   int run_index = 0;
   for (uint64_t seed : seeds) {
@@ -198,53 +204,61 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
         cb.log("[" + std::to_string(run_index) + "/" + std::to_string(runs) + "] " + what + ": " +
                std::to_string(s.model->parameter_count()) + " parameters, " + std::to_string(steps) +
                " steps, lengths " + range_name(train_task.min_len, train_task.max_len));
-      train::train(
-          s,
-          [&](const train::StepLog& l) {
-            if (cb.on_step) cb.on_step({what, run_index, runs, l.step, steps, l.loss, l.seconds});
-          },
-          nullptr);
       // Held-out examples of length S, the same for every arm of a seed.
       const auto task = data::make_task("reverse", {S, S, train_task.symbols});
       if (task->vocab().tokens() != s.vocab.tokens())
         throw Error("experiment gradient-path: length " + std::to_string(S) + " changes the vocabulary");
       Generator gen(seed * 0x9E3779B97F4A7C15ull ^ 0x67726164ull);
       const auto held_out = task->sample_many(gen, examples);
-      const train::EvalResult acc =
-          train::evaluate(*s.model, s.vocab, task->tokenization(), held_out, 256, S + 8, 0);
-      const GradientProfile p = gradient_profile(*s.model, data::make_batch(held_out));
-      std::vector<double> curve, gain_curve;
-      for (int j = 0; j < S; ++j) {
-        const double norm = p.relevant[size_t(j)], gain = p.relevant_gain[size_t(j)];
-        curve.push_back(norm / p.relevant[0]);
-        gain_curve.push_back(gain / p.relevant_gain[0]);
-        r.table.add({"gradient-path",
-                     "gradient",
-                     std::to_string(seed),
-                     label(arms[a]),
-                     models::model_name(arms[a].kind),
-                     std::to_string(s.model->parameter_count()),
-                     std::to_string(steps),
-                     std::to_string(S),
-                     std::to_string(2 * j + 1),
-                     std::to_string(examples),
-                     fmt(acc.token_accuracy),
-                     fmt_sig(norm),
-                     fmt_sig(curve.back()),
-                     fmt_sig(gain),
-                     fmt_sig(gain_curve.back()),
-                     fmt_sig(p.all_pairs[size_t(2 * j + 1)]),
-                     "-",
-                     "-",
-                     "-",
-                     "-"});
-      }
-      rel[a].push_back(curve);
-      gain_rel[a].push_back(gain_curve);
-      if (cb.log)
-        cb.log("    " + what + ": token accuracy " + fmt(acc.token_accuracy, 2) + " at length " +
-               std::to_string(S) + "; |grad| at distance 1: " + fmt_sig(p.relevant[0]) + ", at " +
-               std::to_string(2 * S - 1) + ": " + fmt_sig(p.relevant[size_t(S - 1)]));
+      // Measured before training (steps 0: the gradient paths the architecture starts with) and after.
+      auto measure = [&](int64_t steps_done, std::vector<std::vector<std::vector<double>>>& norm_curves,
+                         std::vector<std::vector<std::vector<double>>>& gain_curves) {
+        const train::EvalResult acc =
+            train::evaluate(*s.model, s.vocab, task->tokenization(), held_out, 256, S + 8, 0);
+        const GradientProfile p = gradient_profile(*s.model, data::make_batch(held_out));
+        std::vector<double> curve, gain_curve;
+        for (int j = 0; j < S; ++j) {
+          const double norm = p.relevant[size_t(j)], gain = p.relevant_gain[size_t(j)];
+          curve.push_back(norm / p.relevant[0]);
+          gain_curve.push_back(gain / p.relevant_gain[0]);
+          r.table.add({"gradient-path",
+                       "gradient",
+                       std::to_string(seed),
+                       label(arms[a]),
+                       models::model_name(arms[a].kind),
+                       std::to_string(s.model->parameter_count()),
+                       std::to_string(steps_done),
+                       std::to_string(S),
+                       std::to_string(2 * j + 1),
+                       std::to_string(examples),
+                       fmt(acc.token_accuracy),
+                       fmt_sig(norm),
+                       fmt_sig(curve.back()),
+                       fmt_sig(gain),
+                       fmt_sig(gain_curve.back()),
+                       fmt_sig(p.all_pairs[size_t(2 * j + 1)]),
+                       "-",
+                       "-",
+                       "-",
+                       "-"});
+        }
+        norm_curves[a].push_back(curve);
+        gain_curves[a].push_back(gain_curve);
+        if (cb.log)
+          cb.log("    " + what + " after " + std::to_string(steps_done) + " steps: token accuracy " +
+                 fmt(acc.token_accuracy, 2) + " at length " + std::to_string(S) +
+                 "; |grad| at distance 1: " + fmt_sig(p.relevant[0]) + ", at " + std::to_string(2 * S - 1) +
+                 ": " + fmt_sig(p.relevant[size_t(S - 1)]) + "; gain " + fmt_sig(p.relevant_gain[0]) +
+                 " -> " + fmt_sig(p.relevant_gain[size_t(S - 1)]));
+      };
+      measure(0, init_rel, init_gain_rel);
+      train::train(
+          s,
+          [&](const train::StepLog& l) {
+            if (cb.on_step) cb.on_step({what, run_index, runs, l.step, steps, l.loss, l.seconds});
+          },
+          nullptr);
+      measure(steps, rel, gain_rel);
     }
   }
 
@@ -307,6 +321,7 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   };
   verdict(rel, "gradient norm");
   verdict(gain_rel, "gradient gain (norm / |d log p(y_j) / d logits_j|)");
+  verdict(init_gain_rel, "gradient gain before training (steps 0)");
   r.summary.push_back(
       "the gain divides each example's norm by the gradient at its own output logits, |onehot(y_j) - "
       "softmax(z_j)|, which is near 0 wherever the model is sure of y_j: the raw norm mixes how far the "
@@ -351,8 +366,13 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   };
   r.figures.push_back(curve_figure(rel, "gradient_norm.png", "gradient norm against distance",
                                    "|d log p(y_j) / d source embedding|, relative to distance 1"));
-  r.figures.push_back(curve_figure(gain_rel, "gradient_gain.png", "gradient gain against distance",
-                                   "norm / |d log p(y_j) / d logits_j|, relative to distance 1"));
+  Figure gain = curve_figure(gain_rel, "gradient_gain.png", "gradient gain against distance",
+                             "norm / |d log p(y_j) / d logits_j|, relative to distance 1");
+  for (Series& before : curve_figure(init_gain_rel, "", "", "").series) {
+    before.label += " before training";
+    gain.series.push_back(before);
+  }
+  r.figures.push_back(gain);
   Figure path = line_figure("critical_path.png", "critical path against length", "source length",
                             "critical path (dependent tape entries in one step)");
   for (size_t a = 0; a < arms.size(); ++a) {

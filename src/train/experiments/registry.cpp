@@ -83,8 +83,9 @@ std::string description(const std::string& name) {
     return "after training a vanilla GRU, an attention GRU and a Transformer on reverse (lengths 4-16, 1000 "
            "steps each), the norm of the gradient of each output token's log-probability log p(y_j) with "
            "respect to the source embedding it must reproduce (position i = 15 - j of a 16-token source), "
-           "against their distance d = (encoder steps after i) + (decoder steps before j) + 1 = 2j + 1: it "
-           "should decay for the vanilla GRU and not for the attention models; then the critical path of one "
+           "against their distance d = (encoder steps after i) + (decoder steps before j) + 1 = 2j + 1 "
+           "(also divided by the gradient at that output's logits, and before training): it should decay for "
+           "the vanilla GRU and not for the attention models; then the critical path of one "
            "training step (the longest chain of dependent tape entries), its work and parallel width against "
            "the source length (8, 16, 32, 64): it should grow for the RNNs and stay constant for the "
            "Transformer";
