@@ -305,19 +305,22 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
     std::vector<Spread> decay;
     for (size_t a = 0; a < arms.size(); ++a) {
       decay.push_back(over_seeds(curves[a], S - 1));
-      std::string line = label(arms[a]) + ": " + what + " at distance " + std::to_string(2 * S - 1) +
-                         " / at distance 1 = " + fmt_spread(decay[a], 3) + " over " +
-                         std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") +
-                         "; by distance (relative, mean over seeds):";
+      std::string line =
+          label(arms[a]) + ": " + what + " at distance " + std::to_string(2 * S - 1) + " / at distance 1 = " +
+          (decay[a].min == decay[a].max ? fmt_sig(decay[a].mean, 3)
+                                        : fmt_sig(decay[a].mean, 3) + " (" + fmt_sig(decay[a].min, 3) + "-" +
+                                              fmt_sig(decay[a].max, 3) + ")") +
+          " over " + std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") +
+          "; by distance (relative, mean over seeds):";
       for (int j = 0; j < S; ++j) line += " " + fmt_sig(over_seeds(curves[a], j).mean);
       r.summary.push_back(line);
     }
     const bool shown = decay[0].mean < kDecays && decay[1].mean >= kFlat && decay[2].mean >= kFlat;
     r.summary.push_back(std::string(shown ? "shown" : "NOT shown") + " (" + what +
-                        "): the vanilla GRU's decays " + "with distance (factor " + fmt(decay[0].mean, 3) +
-                        ", threshold below " + fmt(kDecays, 2) + "), the attention models' does not (" +
-                        fmt(decay[1].mean, 3) + " and " + fmt(decay[2].mean, 3) + ", threshold at least " +
-                        fmt(kFlat, 2) + ")");
+                        "): the vanilla GRU's decays " + "with distance (factor " +
+                        fmt_sig(decay[0].mean, 3) + ", threshold below " + fmt(kDecays, 2) +
+                        "), the attention models' does not (" + fmt_sig(decay[1].mean, 3) + " and " +
+                        fmt_sig(decay[2].mean, 3) + ", threshold at least " + fmt(kFlat, 2) + ")");
   };
   verdict(rel, "gradient norm");
   verdict(gain_rel, "gradient gain (norm / |d log p(y_j) / d logits_j|)");
@@ -326,6 +329,10 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       "the gain divides each example's norm by the gradient at its own output logits, |onehot(y_j) - "
       "softmax(z_j)|, which is near 0 wherever the model is sure of y_j: the raw norm mixes how far the "
       "source token is with how sure the model is of the output; the gain keeps only the path");
+  r.summary.push_back(
+      "distance 1 (the first output, the last source token) is special for both RNNs: their decoder starts "
+      "from the encoder's final state, which that token entered one step before, so it has a short recurrent "
+      "path besides attention; every ratio above is to that point");
   bool path_shown = true;
   std::string path_line = "critical path of one training step (dependent tape entries) at lengths";
   for (int len : lengths) path_line += " " + std::to_string(len);
