@@ -7,7 +7,9 @@
 //   positional   Transformer with sinusoidal, learned and no positions, on reverse (order matters) and
 //                sort (a control: the sorted output does not depend on the source order)
 //   parallelism  training-step time and tokens/s vs sequence length, attention GRU vs Transformer of
-//                similar size, at 1 and N threads
+//                similar size, at 1 and N threads, beside each step's critical path and parallel width
+//   gradient-path  |d log p(y_j) / d source embedding| against distance for a trained rnn,
+//                attention-rnn and transformer on reverse; the critical path of a step against length
 //
 // Every arm of an accuracy experiment trains with the same seed (so the same batches), the same step
 // budget and the same optimizer settings, through train::train; it is then scored by greedy decoding

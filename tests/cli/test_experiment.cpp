@@ -156,7 +156,18 @@ TEST_CASE("experiment parallelism --quick: step times at 1 and 2 threads", "[cli
     CHECK(std::stod(rows[i][column(h, "ms_per_step")]) > 0);
     CHECK(std::stod(rows[i][column(h, "tokens_per_second")]) > 0);
     if (rows[i][column(h, "threads")] == "1") CHECK(rows[i][column(h, "speedup_vs_1_thread")] == "1.00");
+    CHECK(std::stod(rows[i][column(h, "work_flops")]) > 0);
+    CHECK(std::stod(rows[i][column(h, "parallel_width")]) > 0);
   }
+  // The tape's critical path at the two lengths: the same for the Transformer, longer for the GRU.
+  std::map<std::string, std::set<std::pair<int, long>>> path;  // model -> (length, critical path)
+  for (size_t i = 1; i < rows.size(); ++i)
+    path[rows[i][column(h, "model")]].insert(
+        {std::stoi(rows[i][column(h, "seq_len")]), std::stol(rows[i][column(h, "critical_path")])});
+  REQUIRE(path["transformer"].size() == 2);  // one value per length: the threads do not change the tape
+  CHECK(path["transformer"].begin()->second == path["transformer"].rbegin()->second);
+  REQUIRE(path["attention-rnn"].size() == 2);
+  CHECK(path["attention-rnn"].begin()->second < path["attention-rnn"].rbegin()->second);
   fs::remove_all(dir);
 }
 

@@ -55,7 +55,9 @@ Runner add_experiment(CLI::App& app) {
       "thresholds it applies) are printed; --out DIR also writes DIR/results.csv (one row per seed), "
       "DIR/report.txt, DIR/report.md and the report's figures as PNG files linked from report.md.";
   sub->footer(footer);
-  sub->add_option("name", a->name, "bottleneck | long-range | positional | parallelism")->required();
+  std::string choices;
+  for (const auto& n : experiment::names()) choices += (choices.empty() ? "" : " | ") + n;
+  sub->add_option("name", a->name, choices)->required();
   sub->add_option(
       "--steps", a->o.steps,
       "Training steps per arm (parallelism: timed steps per point); default: the experiment's own");

@@ -4,10 +4,13 @@
 //   registry.cpp  the list of experiments, their descriptions, validate, run (and the out_dir files)
 //   accuracy.cpp  bottleneck, long-range, positional: their arms, bins, budgets and summary lines
 //   scoring.cpp   training each arm (train::train) and scoring it by greedy decoding per length bin
-//   timing.cpp    parallelism: timed training steps per length and thread count
+//   timing.cpp    parallelism: timed training steps per length and thread count, beside the tape's shape
+//   gradient_path.cpp  gradient-path: d log p(y_j) / d(source embedding) against distance; critical paths
+//   tape_shape.cpp the shape of one training step's tape: entries, critical path, work, parallel width
 //   report.cpp    Table and Report (text and CSV), number formatting
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +22,12 @@ namespace tapegrad::experiment::detail {
 
 // ---- formatting (report.cpp) ----------------------------------------------------------------------
 std::string fmt(double v, int digits = 3);
+// Significant digits, for values spanning orders of magnitude (gradient norms, FLOPs): "1.234e+05".
+inline std::string fmt_sig(double v, int digits = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
 std::string range_name(int lo, int hi);
 void write_file(const std::string& path, const std::string& text);
 
@@ -32,6 +41,16 @@ struct Spread {
 Spread spread(const std::vector<double>& values);  // throws Error on an empty list
 // "0.923 (0.880-0.951)", or just "0.923" when every value is the same (one seed)
 std::string fmt_spread(const Spread& s, int digits = 3);
+
+// A line chart with its file, title and axis labels (series added by the caller).
+inline Figure line_figure(std::string file, std::string title, std::string x_label, std::string y_label,
+                          bool log_y = false) {
+  Figure f;
+  f.kind = Figure::Kind::lines;
+  f.file = std::move(file), f.title = std::move(title), f.x_label = std::move(x_label);
+  f.y_label = std::move(y_label), f.log_y = log_y;
+  return f;
+}
 
 // ---- model sizes (registry.cpp) -------------------------------------------------------------------
 models::ModelConfig rnn_config(models::ModelKind kind, bool quick);
@@ -89,10 +108,32 @@ std::string trend(const std::vector<Score>& s, const AccuracySetup& setup, const
 std::string length_verdict(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
                            const std::string& vanilla, const std::string& attention);
 
-// ---- the experiments (accuracy.cpp, timing.cpp) ----------------------------------------------------
+// ---- the shape of one training step's tape (tape_shape.cpp) ----------------------------------------
+// Work convention: matmul and linear entries count 2 * output elements * inner dimension FLOPs in
+// forward (forward_flops); every other entry counts one FLOP per element of its largest operand (input
+// or output), except views and copies (permute, reshape, contiguous, concat, narrow, embedding), which
+// count none; backward counts twice the forward of each entry.
+struct TapeShape {
+  int64_t entries = 0;        // tape entries one training step records (its forward)
+  int64_t critical_path = 0;  // the longest chain of dependent entries (TapeRecorder::critical_path);
+                              // backward walks the same chain in reverse
+  double work_flops = 0;      // forward + backward
+  // FLOPs per dependent level of the whole step: work / (2 * critical_path), forward and backward
+  // levels both counted.
+  double parallel_width() const;
+};
+// Takes one training step (train::train_step) on `batch` under a tape recorder and returns its shape.
+TapeShape record_step(train::Session& session, const data::Batch& batch);
+// A fresh session of `config` on `task` with every source `length` tokens long, one recorded step.
+TapeShape tape_shape(const models::ModelConfig& config, const std::string& task, int length,
+                     int64_t batch_size, uint64_t seed);
+
+// ---- the experiments (accuracy.cpp, timing.cpp, gradient_path.cpp)
+// ----------------------------------------------------
 Report bottleneck(const Options& opts, const Callbacks& cb);
 Report long_range(const Options& opts, const Callbacks& cb);
 Report positional(const Options& opts, const Callbacks& cb);
 Report parallelism(const Options& opts, const Callbacks& cb);
+Report gradient_path(const Options& opts, const Callbacks& cb);
 
 }  // namespace tapegrad::experiment::detail
