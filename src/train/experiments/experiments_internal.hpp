@@ -5,6 +5,8 @@
 //   accuracy.cpp  bottleneck, long-range, positional: their arms, bins, budgets and summary lines
 //   scoring.cpp   training each arm (train::train) and scoring it by greedy decoding per length bin
 //   timing.cpp    parallelism: timed training steps per length and thread count
+//   equivariance.cpp  positional's exact check: the encoder without positions is permutation-equivariant
+//   attention_maps.cpp  attention-maps: cross-attention mass on the expected source position (reverse)
 //   report.cpp    Table and Report (text and CSV), number formatting
 #pragma once
 
@@ -72,10 +74,41 @@ std::string trend(const std::vector<Score>& s, const AccuracySetup& setup, const
 std::string length_verdict(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
                            const std::string& vanilla, const std::string& attention);
 
-// ---- the experiments (accuracy.cpp, timing.cpp) ----------------------------------------------------
+// ---- permutation equivariance of the Transformer encoder (equivariance.cpp) -----------------------
+inline constexpr double kEquivarianceTolerance = 1e-5;  // float64; exact equivariance gives ~1e-15
+struct EquivarianceCheck {
+  double max_diff = 0;  // max |encoder(x[perm])[i] - encoder(x)[perm[i]]| over every position and channel
+  double scale = 0;     // max |encoder(x)|: what the difference compares with
+};
+// Encodes src and its permutation src[perm] (src[perm][i] = src[perm[i]]) with the model's encoder
+// (Seq2Seq::encoder_states) and compares the outputs permuted back. The model's dtype and mode as given.
+EquivarianceCheck permutation_check(models::Seq2Seq& model, const std::vector<int32_t>& src,
+                                    const std::vector<int64_t>& perm);
+// Set distance (Hausdorff, max-abs norm) between the encoder outputs of sentences a and b, tokenized
+// at whitespace with `vocab`: 0 exactly when they are the same set of vectors.
+double sentence_set_distance(models::Seq2Seq& model, const data::Vocab& vocab, const std::string& a,
+                             const std::string& b);
+struct EquivarianceRow {
+  uint64_t seed;
+  nn::PositionalKind positional;
+  int64_t trained_steps;  // 0: the weights make_model draws from the seed
+  EquivarianceCheck check;
+  double sentence_distance;  // "I love cats" vs "cats love I"; NaN for a trained row (the task's vocabulary)
+};
+// For each positional kind (none, sinusoidal, learned) and seed: a Transformer (transformer_config) from
+// make_model(seed) in float64, checked on a random reverse source and permutation drawn from the seed,
+// and on the two sentences with a vocabulary of their three words; plus, when trained_steps > 0, one
+// row per kind for a model trained that many steps on reverse (first seed).
+std::vector<EquivarianceRow> permutation_equivariance(const std::vector<uint64_t>& seeds, bool quick,
+                                                      int64_t trained_steps, int threads);
+std::string equivariance_markdown(const std::vector<EquivarianceRow>& rows);  // for Report::sections
+std::vector<std::string> equivariance_summary(const std::vector<EquivarianceRow>& rows);  // one line per kind
+
+// ---- the experiments (accuracy.cpp, timing.cpp, attention_maps.cpp) ----------------------------
 Report bottleneck(const Options& opts, const Callbacks& cb);
 Report long_range(const Options& opts, const Callbacks& cb);
 Report positional(const Options& opts, const Callbacks& cb);
 Report parallelism(const Options& opts, const Callbacks& cb);
+Report attention_maps(const Options& opts, const Callbacks& cb);
 
 }  // namespace tapegrad::experiment::detail
