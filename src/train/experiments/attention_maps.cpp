@@ -6,6 +6,7 @@
 // on the expected source position, and draw one example's map per arm as a heatmap.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "src/train/experiments/experiments_internal.hpp"
 #include "tapegrad/autograd.hpp"
@@ -55,25 +56,21 @@ struct Alignment {
   double mass = 0, within_1 = 0, argmax = 0, uniform = 0;  // means over every scored output step
   std::vector<double> mass_at;                   // per output position j, over the examples that reach j
   std::vector<std::vector<double>> example_map;  // one example's map: rows output steps (with <eos>)
+  // every cross-attention map's heads, one by one: ("decoder.layers.0.cross_attn", head, mass)
+  std::vector<std::tuple<std::string, int64_t, double>> head_mass;
 };
 
-// Teacher-forced over `examples` (reverse: target j = source S-1-j). The <eos> step has no expected
-// source position and is not scored (it is drawn in the heatmap). `shown` picks the heatmap's example.
-Alignment measure_alignment(models::Seq2Seq& model, const std::vector<data::Example>& examples,
-                            size_t shown) {
-  NoGrad no_grad;
-  model.eval();
-  model.keep_attention(true);
-  const data::Batch batch = data::make_batch(examples);
-  model.logits(batch);
-  const Tensor map = alignment_map(model);  // [B, Tq, Tk]
-  model.keep_attention(false);
-  const int64_t Tq = map.size(1), Tk = map.size(2);
-  const std::vector<double> w = map.to_vector();
+// Scores one map [B, Tq, Tk] of the teacher-forced batch (reverse: target j = source S-1-j). The <eos>
+// step has no expected source position and is not scored (it is drawn in the heatmap). `shown` picks the
+// heatmap's example.
+Alignment score_map(const Tensor& map, const data::Batch& batch, size_t shown) {
+  const Tensor c = map.contiguous();
+  const int64_t Tq = c.size(1), Tk = c.size(2);
+  const std::vector<double> w = c.to_vector();
   Alignment a;
   std::vector<double> count_at;
   double steps = 0;
-  for (size_t b = 0; b < examples.size(); ++b) {
+  for (size_t b = 0; b < batch.src_len.size(); ++b) {
     const int64_t S = batch.src_len[b], n = batch.tgt_len[b] - 1;  // tgt_len counts <eos>
     if (n != S)
       throw Error("attention-maps: example " + std::to_string(b) + " has a target of " + std::to_string(n) +
@@ -99,6 +96,28 @@ Alignment measure_alignment(models::Seq2Seq& model, const std::vector<data::Exam
   }
   a.mass /= steps, a.within_1 /= steps, a.argmax /= steps, a.uniform /= steps;
   for (size_t j = 0; j < a.mass_at.size(); ++j) a.mass_at[j] /= count_at[j];
+  return a;
+}
+
+// One teacher-forced pass over `examples` with the maps kept: the alignment map scored in full, and the
+// mass on the expected position of every head of every map over the source.
+Alignment measure_alignment(models::Seq2Seq& model, const std::vector<data::Example>& examples,
+                            size_t shown) {
+  NoGrad no_grad;
+  model.eval();
+  model.keep_attention(true);
+  const data::Batch batch = data::make_batch(examples);
+  model.logits(batch);
+  Alignment a = score_map(alignment_map(model), batch, shown);
+  for (const auto& [name, heads] : model.attention_head_maps()) {  // [B, H, Tq, Tk]
+    if (name.find("cross_attn") == std::string::npos && name != "decoder.attention") continue;
+    for (int64_t h = 0; h < heads.size(1); ++h) {
+      const Tensor one =
+          reshape(contiguous(narrow(heads, 1, h, 1)), {heads.size(0), heads.size(2), heads.size(3)});
+      a.head_mass.emplace_back(name, h, score_map(one, batch, shown).mass);
+    }
+  }
+  model.keep_attention(false);
   return a;
 }
 
@@ -138,6 +157,7 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
   std::vector<std::vector<double>> mass(arms.size()), within_1(arms.size()), argmax(arms.size()),
       exact(arms.size());
   std::vector<std::vector<std::vector<double>>> mass_at(arms.size());  // [arm][seed][j]
+  Table heads{{"seed", "arm", "map", "head", "mass_on_expected"}, {}};
   std::vector<double> uniform;  // per seed: the mass uniform attention would put on the expected position
   const int runs = int(arms.size() * seeds.size());
   for (size_t si = 0; si < seeds.size(); ++si) {
@@ -193,6 +213,8 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
       mass[a].push_back(al.mass), within_1[a].push_back(al.within_1), argmax[a].push_back(al.argmax),
           exact[a].push_back(ev.exact_match);
       mass_at[a].push_back(al.mass_at);
+      for (const auto& [map_name, head, m] : al.head_mass)
+        heads.add({std::to_string(seed), label, map_name, std::to_string(head), fmt(m)});
       if (a == 0) uniform.push_back(al.uniform);  // the same examples for every arm of this seed
       r.table.add(
           {r.name, task_name, label, models::model_name(arms[a].kind),
@@ -246,6 +268,12 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
       std::string(all_above ? "shown" : "NOT shown at this budget") +
       ": both models put more than half of their attention mass on the expected position in every "
       "seed (threshold 0.5)");
+
+  r.sections.push_back(
+      "### Mass on the expected source position, per cross-attention layer and head\n\n"
+      "The same teacher-forced pass, each head of each map over the source scored alone (the summary's "
+      "number averages the last layer's heads first).\n\n" +
+      heads.to_markdown({}));
 
   Figure f;
   f.file = "attention_mass.png";
