@@ -123,7 +123,7 @@ Report positional(const Options& opts, const Callbacks& cb) {
   }
   // The exact part (equivariance.cpp): the encoder without positions is permutation-equivariant.
   const auto equivariance =
-      permutation_equivariance(seed_list(opts), opts.quick, opts.quick ? 50 : 200, opts.threads);
+      permutation_equivariance(seed_list(opts), opts.quick, opts.quick ? 50 : 100, opts.threads);
   r.sections.push_back(equivariance_markdown(equivariance));
   for (const auto& l : equivariance_summary(equivariance)) r.summary.push_back(l);
   return r;
