@@ -98,8 +98,8 @@ TEST_CASE("experiment attention-maps --quick: one row per seed and arm, fraction
     CHECK(rows[i][column(h, "experiment")] == "attention-maps");
     CHECK(rows[i][column(h, "seed")] == "3");
     arms.insert(rows[i][column(h, "arm")]);
-    for (const char* c :
-         {"exact_match", "mass_on_expected", "mass_within_1", "argmax_on_expected", "uniform_mass"})
+    for (const char* c : {"exact_match", "mass_on_expected", "mass_within_1", "mass_on_previous_output",
+                          "mass_on_next_output", "argmax_on_expected", "uniform_mass"})
       check_fraction(rows[i][column(h, c)]);
     // the window around the expected position holds at least the mass on it
     CHECK(std::stod(rows[i][column(h, "mass_within_1")]) >=

@@ -32,6 +32,8 @@ const std::vector<std::string> kColumns = {"experiment",
                                            "token_accuracy",
                                            "mass_on_expected",
                                            "mass_within_1",
+                                           "mass_on_previous_output",
+                                           "mass_on_next_output",
                                            "argmax_on_expected",
                                            "uniform_mass"};
 
@@ -54,6 +56,8 @@ Tensor alignment_map(const models::Seq2Seq& model) {
 // What one trained arm's alignment looks like on the held-out examples.
 struct Alignment {
   double mass = 0, within_1 = 0, argmax = 0, uniform = 0;  // means over every scored output step
+  // on the source positions of output j-1 (S-j, the token fed in at step j) and of output j+1 (S-2-j)
+  double previous = 0, next = 0;
   std::vector<double> mass_at;                   // per output position j, over the examples that reach j
   std::vector<std::vector<double>> example_map;  // one example's map: rows output steps (with <eos>)
   // every cross-attention map's heads, one by one: ("decoder.layers.0.cross_attn", head, mass)
@@ -83,6 +87,8 @@ Alignment score_map(const Tensor& map, const data::Batch& batch, size_t shown) {
       a.mass += m;
       for (int64_t k = std::max<int64_t>(expected - 1, 0); k <= std::min(expected + 1, S - 1); ++k)
         a.within_1 += row[k];  // the expected position and its neighbours: an alignment off by one
+      if (expected + 1 < S) a.previous += row[expected + 1];
+      if (expected > 0) a.next += row[expected - 1];
       a.argmax += double(std::max_element(row, row + S) - row == expected);
       a.uniform += 1.0 / double(S);
       if (a.mass_at.size() <= size_t(j))
@@ -94,7 +100,8 @@ Alignment score_map(const Tensor& map, const data::Batch& batch, size_t shown) {
     if (b == shown)
       for (int64_t j = 0; j <= n; ++j) a.example_map.emplace_back(rows + j * Tk, rows + j * Tk + S);
   }
-  a.mass /= steps, a.within_1 /= steps, a.argmax /= steps, a.uniform /= steps;
+  a.mass /= steps, a.within_1 /= steps, a.previous /= steps, a.next /= steps, a.argmax /= steps,
+      a.uniform /= steps;
   for (size_t j = 0; j < a.mass_at.size(); ++j) a.mass_at[j] /= count_at[j];
   return a;
 }
@@ -149,8 +156,8 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
   const std::vector<uint64_t> seeds = seed_list(opts);
   Report r{"attention-maps",
            {kColumns, {}},
-           {"arm", "seed", "exact_match", "mass_on_expected", "mass_within_1", "argmax_on_expected",
-            "uniform_mass", "train_loss"},
+           {"arm", "seed", "exact_match", "mass_on_expected", "mass_within_1", "mass_on_previous_output",
+            "argmax_on_expected", "uniform_mass", "train_loss"},
            {},
            {},
            {}};
@@ -217,12 +224,26 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
         heads.add({std::to_string(seed), label, map_name, std::to_string(head), fmt(m)});
       if (a == 0) uniform.push_back(al.uniform);  // the same examples for every arm of this seed
       r.table.add(
-          {r.name, task_name, label, models::model_name(arms[a].kind),
+          {r.name,
+           task_name,
+           label,
+           models::model_name(arms[a].kind),
            arms[a].kind == models::ModelKind::transformer ? nn::positional_name(arms[a].positional) : "-",
-           range_name(setup.train_task.min_len, setup.train_task.max_len), std::to_string(steps),
-           std::to_string(seed), std::to_string(s.model->parameter_count()), fmt(seconds, 1),
-           fmt(train_loss, 4), std::to_string(ev.examples), fmt(ev.exact_match), fmt(ev.token_accuracy),
-           fmt(al.mass), fmt(al.within_1), fmt(al.argmax), fmt(al.uniform)});
+           range_name(setup.train_task.min_len, setup.train_task.max_len),
+           std::to_string(steps),
+           std::to_string(seed),
+           std::to_string(s.model->parameter_count()),
+           fmt(seconds, 1),
+           fmt(train_loss, 4),
+           std::to_string(ev.examples),
+           fmt(ev.exact_match),
+           fmt(ev.token_accuracy),
+           fmt(al.mass),
+           fmt(al.within_1),
+           fmt(al.previous),
+           fmt(al.next),
+           fmt(al.argmax),
+           fmt(al.uniform)});
       if (cb.log)
         cb.log("    " + what + ": exact " + fmt(ev.exact_match, 2) + ", mass on the expected position " +
                fmt(al.mass, 2) + " (uniform " + fmt(al.uniform, 2) + ")  (" + fmt(seconds, 0) + " s)");
