@@ -58,6 +58,10 @@ class RnnSeq2Seq : public Seq2Seq {
     return out_proj_->forward(drop_->forward(stack(outs, 1), gen_));
   }
 
+  Tensor encoder_states(const Tensor& src, const std::vector<int64_t>& src_len) override {
+    return encode(src, src_len).outputs;
+  }
+
   std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>& src_len,
                                                   int64_t max_len) override {
     NoGrad no_grad;

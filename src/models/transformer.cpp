@@ -37,6 +37,10 @@ class Transformer : public Seq2Seq {
     return decode(batch.tgt_in, memory, src_mask);
   }
 
+  Tensor encoder_states(const Tensor& src, const std::vector<int64_t>&) override {
+    return encode(src, padding_mask_if_any(src, dtype()));
+  }
+
   // One position at a time with a KV cache per decoder layer: step t runs the decoder on token t
   // only, attending over the cached keys and values of positions 0..t (and the encoder output,
   // projected once), instead of re-running the whole prefix.

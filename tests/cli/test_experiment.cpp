@@ -105,7 +105,45 @@ TEST_CASE("experiment positional --quick: one row per arm, fractions in [0,1]", 
   }
   CHECK(arms.size() == 6);
   CHECK(fs::exists(dir + "/report.txt"));
+  // The exact part: permutation equivariance of the encoder (float64), one summary line per kind.
+  CHECK_THAT(r.out, Catch::Contains("encoder, positional none: permuting the source permutes the outputs"));
+  CHECK_THAT(r.out, Catch::Contains("encoder, positional sinusoidal: permuting the source does not permute"));
+  CHECK_THAT(r.out, Catch::Contains("encoder, positional learned: permuting the source does not permute"));
+  CHECK_THAT(r.out, !Catch::Contains("NOT as expected (threshold 1e-5)"));
   check_report_md(dir, "positional", r.out);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("experiment attention-maps --quick: one row per seed and arm, fractions in [0,1]",
+          "[cli][experiment]") {
+  const std::string dir = temp_dir("attention-maps");
+  const Run r = run("experiment attention-maps --quick --threads 1 --seed 3 --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("mass on the expected source position"));
+  const auto rows = read_csv(dir + "/results.csv");
+  const auto& h = rows[0];
+  REQUIRE(rows.size() == 1 + 1 * 2);  // one seed under --quick x {transformer, attention-rnn}
+  std::set<std::string> arms;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    CHECK(rows[i][column(h, "experiment")] == "attention-maps");
+    CHECK(rows[i][column(h, "seed")] == "3");
+    arms.insert(rows[i][column(h, "arm")]);
+    for (const char* c : {"exact_match", "mass_on_expected", "mass_within_1", "mass_on_previous_output",
+                          "mass_on_next_output", "argmax_on_expected", "uniform_mass"})
+      check_fraction(rows[i][column(h, c)]);
+    // the window around the expected position holds at least the mass on it
+    CHECK(std::stod(rows[i][column(h, "mass_within_1")]) >=
+          std::stod(rows[i][column(h, "mass_on_expected")]));
+  }
+  CHECK(arms == std::set<std::string>{"transformer-sinusoidal", "attention-rnn-gru"});
+  std::ifstream md(dir + "/report.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains("attention_transformer-sinusoidal.png") &&
+                             Catch::Contains("attention_attention-rnn-gru.png") &&
+                             Catch::Contains("attention_mass.png"));
+  check_report_md(dir, "attention-maps", r.out);
   fs::remove_all(dir);
 }
 

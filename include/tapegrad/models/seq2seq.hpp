@@ -79,6 +79,9 @@ class Seq2Seq : public nn::Module {
   virtual Tensor logits(const data::Batch& batch) = 0;
   // Mean cross-entropy over the non-pad target tokens.
   Tensor loss(const data::Batch& batch, double label_smoothing = 0.0);
+  // The encoder's output for src [B, S] (<pad>-padded, real lengths src_len): [B, S, C], the states the
+  // decoder attends over (Transformer: after the final norm when pre-LN; RNN models: the top layer's).
+  virtual Tensor encoder_states(const Tensor& src, const std::vector<int64_t>& src_len) = 0;
   // Greedy decoding of src [B, S] (lengths src_len): up to max_len tokens each, stopping at <eos>.
   virtual std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>& src_len,
                                                           int64_t max_len) = 0;

@@ -130,6 +130,11 @@ Report positional(const Options& opts, const Callbacks& cb) {
               std::string(": without positions ") + fmt(best - none, 2) + " below (threshold 0.1)";
     r.summary.push_back(line);
   }
+  // The exact part (equivariance.cpp): the encoder without positions is permutation-equivariant.
+  const auto equivariance =
+      permutation_equivariance(seed_list(opts), opts.quick, opts.quick ? 50 : 100, opts.threads);
+  r.sections.push_back(equivariance_markdown(equivariance));
+  for (const auto& l : equivariance_summary(equivariance)) r.summary.push_back(l);
   return r;
 }
 

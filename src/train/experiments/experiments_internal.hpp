@@ -7,6 +7,8 @@
 //   timing.cpp    parallelism: timed training steps per length and thread count, beside the tape's shape
 //   gradient_path.cpp  gradient-path: d log p(y_j) / d(source embedding) against distance; critical paths
 //   tape_shape.cpp the shape of one training step's tape: entries, critical path, work, parallel width
+//   equivariance.cpp  positional's exact check: the encoder without positions is permutation-equivariant
+//   attention_maps.cpp  attention-maps: cross-attention mass on the expected source position (reverse)
 //   report.cpp    Table and Report (text and CSV), number formatting
 #pragma once
 
@@ -56,6 +58,21 @@ inline Figure line_figure(std::string file, std::string title, std::string x_lab
 models::ModelConfig rnn_config(models::ModelKind kind, bool quick);
 models::ModelConfig transformer_config(nn::PositionalKind positional, bool quick);
 std::string arm_label(const models::ModelConfig& c);
+
+// ---- one training run (scoring.cpp), shared by every experiment that trains ------------------------
+// The options every experiment's runs share: train::TrainOptions' optimizer defaults (AdamW, cosine,
+// clipping), warm-up min(warmup, steps / 10), no validation, evaluation or checkpoints.
+train::TrainOptions run_options(const models::ModelConfig& model, const std::string& task,
+                                const data::TaskOptions& task_options, int64_t steps, int64_t batch_size,
+                                int64_t warmup, double lr, uint64_t seed, int threads);
+struct Trained {
+  train::Session session;
+  double train_loss = 0, seconds = 0;  // train_loss: the mean of the last 50 steps' losses
+};
+// Builds the session and trains it, logging "[index/total] what: N parameters, S steps" and reporting
+// progress through cb.on_step.
+Trained train_logged(const train::TrainOptions& options, const std::string& what, int index, int total,
+                     const Callbacks& cb);
 
 // ---- accuracy runs (scoring.cpp) ------------------------------------------------------------------
 // How an arm trains: the knobs the recipe sweep varies (everything else is shared by every arm).
@@ -108,6 +125,36 @@ std::string trend(const std::vector<Score>& s, const AccuracySetup& setup, const
 std::string length_verdict(const std::vector<Score>& s, const AccuracySetup& setup, const std::string& task,
                            const std::string& vanilla, const std::string& attention);
 
+// ---- permutation equivariance of the Transformer encoder (equivariance.cpp) -----------------------
+inline constexpr double kEquivarianceTolerance = 1e-5;  // float64; exact equivariance gives ~1e-15
+struct EquivarianceCheck {
+  double max_diff = 0;  // max |encoder(x[perm])[i] - encoder(x)[perm[i]]| over every position and channel
+  double scale = 0;     // max |encoder(x)|: what the difference compares with
+};
+// Encodes src and its permutation src[perm] (src[perm][i] = src[perm[i]]) with the model's encoder
+// (Seq2Seq::encoder_states) and compares the outputs permuted back. The model's dtype and mode as given.
+EquivarianceCheck permutation_check(models::Seq2Seq& model, const std::vector<int32_t>& src,
+                                    const std::vector<int64_t>& perm);
+// Set distance (Hausdorff, max-abs norm) between the encoder outputs of sentences a and b, tokenized
+// at whitespace with `vocab`: 0 exactly when they are the same set of vectors.
+double sentence_set_distance(models::Seq2Seq& model, const data::Vocab& vocab, const std::string& a,
+                             const std::string& b);
+struct EquivarianceRow {
+  uint64_t seed;
+  nn::PositionalKind positional;
+  int64_t trained_steps;  // 0: the weights make_model draws from the seed
+  EquivarianceCheck check;
+  double sentence_distance;  // "I love cats" vs "cats love I"; NaN for a trained row (the task's vocabulary)
+};
+// For each positional kind (none, sinusoidal, learned) and seed: a Transformer (transformer_config) from
+// make_model(seed) in float64, checked on a random reverse source and permutation drawn from the seed,
+// and on the two sentences with a vocabulary of their three words; plus, when trained_steps > 0, one
+// row per kind for a model trained that many steps on reverse (first seed).
+std::vector<EquivarianceRow> permutation_equivariance(const std::vector<uint64_t>& seeds, bool quick,
+                                                      int64_t trained_steps, int threads);
+std::string equivariance_markdown(const std::vector<EquivarianceRow>& rows);  // for Report::sections
+std::vector<std::string> equivariance_summary(const std::vector<EquivarianceRow>& rows);  // one line per kind
+
 // ---- the shape of one training step's tape (tape_shape.cpp) ----------------------------------------
 // Work convention: matmul and linear entries count 2 * output elements * inner dimension FLOPs in
 // forward (forward_flops); every other entry counts one FLOP per element of its largest operand (input
@@ -128,12 +175,12 @@ TapeShape record_step(train::Session& session, const data::Batch& batch);
 TapeShape tape_shape(const models::ModelConfig& config, const std::string& task, int length,
                      int64_t batch_size, uint64_t seed);
 
-// ---- the experiments (accuracy.cpp, timing.cpp, gradient_path.cpp)
-// ----------------------------------------------------
+// ---- the experiments (accuracy.cpp, timing.cpp, gradient_path.cpp, attention_maps.cpp) -----------
 Report bottleneck(const Options& opts, const Callbacks& cb);
 Report long_range(const Options& opts, const Callbacks& cb);
 Report positional(const Options& opts, const Callbacks& cb);
 Report parallelism(const Options& opts, const Callbacks& cb);
 Report gradient_path(const Options& opts, const Callbacks& cb);
+Report attention_maps(const Options& opts, const Callbacks& cb);
 
 }  // namespace tapegrad::experiment::detail

@@ -160,7 +160,7 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   const data::TaskOptions train_task{4, S, 10};
   const int64_t steps = opts.steps > 0 ? opts.steps : (q ? 150 : 1000), batch_size = 32,
                 examples = q ? 16 : 64;
-  const double lr = 2e-3;
+  const double lr = Recipe{}.lr;  // the accuracy experiments' default
   const std::vector<int> lengths = q ? std::vector<int>{4, 8, 16} : std::vector<int>{8, 16, 32, 64};
   const std::vector<models::ModelConfig> arms = {rnn_config(models::ModelKind::rnn, q),
                                                  rnn_config(models::ModelKind::attention_rnn, q),
@@ -185,19 +185,8 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
   for (uint64_t seed : seeds) {
     for (size_t a = 0; a < arms.size(); ++a) {
       ++run_index;
-      train::TrainOptions o;
-      o.model = arms[a];
-      o.task = "reverse";
-      o.task_options = train_task;
-      o.steps = steps;
-      o.batch_size = batch_size;
-      o.lr = lr;
-      o.warmup = std::min<int64_t>(100, std::max<int64_t>(steps / 10, 1));
-      o.seed = seed;
-      o.threads = opts.threads;
-      o.valid_size = 0;
-      o.eval_every = 0;
-      o.save_every = 0;
+      const train::TrainOptions o =
+          run_options(arms[a], "reverse", train_task, steps, batch_size, 100, lr, seed, opts.threads);
       train::Session s = train::make_session(o);
       const std::string what = label(arms[a]) + " on reverse, seed " + std::to_string(seed);
       if (cb.log)

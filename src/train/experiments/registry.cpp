@@ -11,7 +11,8 @@ namespace tapegrad::experiment {
 
 namespace {
 const std::vector<std::string> kNames = {"bottleneck", "long-range", "positional", "parallelism",
-                                         "gradient-path"};
+                                         "gradient-path",
+                                         "attention-maps"};
 }  // namespace
 
 namespace detail {
@@ -89,6 +90,11 @@ std::string description(const std::string& name) {
            "training step (the longest chain of dependent tape entries), its work and parallel width against "
            "the source length (8, 16, 32, 64): it should grow for the RNNs and stay constant for the "
            "Transformer";
+  if (name == "attention-maps")
+    return "a Transformer (sinusoidal) and an attention GRU trained on reverse (lengths 8-16, default 400 "
+           "steps per arm and seed): the fraction of the last decoder layer's cross-attention mass (heads "
+           "averaged) and of the GRU's alignment on the expected source position (output j <- source S-1-j), "
+           "teacher-forced on held-out examples, with one example's map per arm as a heatmap";
   std::string valid;
   for (const auto& n : kNames) valid += (valid.empty() ? "" : ", ") + n;
   throw Error("experiment: unknown '" + name + "' (expected one of " + valid + ")");
@@ -104,11 +110,12 @@ void validate(const std::string& name, const Options& o) {
 Report run(const std::string& name, const Options& opts, const Callbacks& cb) {
   validate(name, opts);
   if (!opts.out_dir.empty()) std::filesystem::create_directories(opts.out_dir);
-  Report r = name == "bottleneck"      ? detail::bottleneck(opts, cb)
-             : name == "long-range"    ? detail::long_range(opts, cb)
-             : name == "positional"    ? detail::positional(opts, cb)
-             : name == "gradient-path" ? detail::gradient_path(opts, cb)
-                                       : detail::parallelism(opts, cb);
+  Report r = name == "bottleneck"       ? detail::bottleneck(opts, cb)
+             : name == "long-range"     ? detail::long_range(opts, cb)
+             : name == "positional"     ? detail::positional(opts, cb)
+             : name == "gradient-path"  ? detail::gradient_path(opts, cb)
+             : name == "attention-maps" ? detail::attention_maps(opts, cb)
+                                        : detail::parallelism(opts, cb);
   if (!opts.out_dir.empty()) {
     detail::write_file(opts.out_dir + "/results.csv", r.table.to_csv());
     detail::write_file(opts.out_dir + "/report.txt", "experiment " + name + "\n" + r.to_text());

@@ -30,6 +30,47 @@ std::vector<Recipe> sweep_recipes(const Arm& arm) {
   return r;
 }
 
+train::TrainOptions run_options(const models::ModelConfig& model, const std::string& task,
+                                const data::TaskOptions& task_options, int64_t steps, int64_t batch_size,
+                                int64_t warmup, double lr, uint64_t seed, int threads) {
+  train::TrainOptions o;
+  o.model = model;
+  o.task = task;
+  o.task_options = task_options;
+  o.steps = steps;
+  o.batch_size = batch_size;
+  o.lr = lr;
+  o.warmup = std::min<int64_t>(warmup, std::max<int64_t>(steps / 10, 1));
+  o.seed = seed;
+  o.threads = threads;
+  o.valid_size = 0;  // scored by the experiment
+  o.eval_every = 0;
+  o.save_every = 0;
+  return o;
+}
+
+Trained train_logged(const train::TrainOptions& options, const std::string& what, int index, int total,
+                     const Callbacks& cb) {
+  Trained t{train::make_session(options)};
+  if (cb.log)
+    cb.log("[" + std::to_string(index) + "/" + std::to_string(total) + "] " + what + ": " +
+           std::to_string(t.session.model->parameter_count()) + " parameters, " + std::to_string(options.steps) +
+           " steps");
+  // The final loss as the mean of the last steps: one batch's loss alone is noisy.
+  std::vector<double> losses;
+  train::train(
+      t.session,
+      [&](const train::StepLog& l) {
+        losses.push_back(l.loss);
+        t.seconds = l.seconds;
+        if (cb.on_step) cb.on_step({what, index, total, l.step, options.steps, l.loss, l.seconds});
+      },
+      nullptr);
+  const size_t tail = std::min<size_t>(losses.size(), 50);
+  for (size_t i = losses.size() - tail; i < losses.size(); ++i) t.train_loss += losses[i] / double(tail);
+  return t;
+}
+
 namespace {
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -45,11 +86,6 @@ bool is_transformer(const Arm& a) {
 // and bin give every arm the same examples.
 enum class Split : uint64_t { test = 0x6576616cull, valid = 0x76616c69ull };
 
-struct Trained {
-  train::Session session;
-  double train_loss = 0, seconds = 0;
-};
-
 // Counts the training runs of one experiment for the progress line.
 struct Counter {
   int done = 0, total = 0;
@@ -57,41 +93,13 @@ struct Counter {
 
 Trained train_arm(const Arm& arm, const Recipe& recipe, uint64_t seed, const AccuracySetup& setup,
                   int64_t steps, const Options& opts, const Callbacks& cb, Counter& count) {
-  train::TrainOptions o;
-  o.model = arm.model;
+  train::TrainOptions o = run_options(arm.model, arm.task, setup.train_task, steps, setup.batch_size,
+                                      setup.warmup, recipe.lr, seed, opts.threads);
   o.model.norm_first = is_transformer(arm) && recipe.pre_ln;
-  o.task = arm.task;
-  o.task_options = setup.train_task;
-  o.steps = steps;
-  o.batch_size = setup.batch_size;
-  o.lr = recipe.lr;
-  o.warmup = std::min<int64_t>(setup.warmup, std::max<int64_t>(steps / 10, 1));
-  o.seed = seed;
-  o.threads = opts.threads;
-  o.valid_size = 0;  // scored per bin by the caller
-  o.eval_every = 0;
-  o.save_every = 0;
-  Trained t{train::make_session(o)};
-  ++count.done;
   const std::string what = arm_label(arm.model) + " on " + arm.task + " (" + recipe.name(is_transformer(arm)) +
-                           ", seed " + std::to_string(seed) + ")";
-  if (cb.log)
-    cb.log("[" + std::to_string(count.done) + "/" + std::to_string(count.total) + "] " + what + ": " +
-           std::to_string(t.session.model->parameter_count()) + " parameters, " + std::to_string(steps) +
-           " steps, lengths " + range_name(setup.train_task.min_len, setup.train_task.max_len));
-  // The final loss as the mean of the last steps: one batch's loss alone is noisy.
-  std::vector<double> losses;
-  train::train(
-      t.session,
-      [&](const train::StepLog& l) {
-        losses.push_back(l.loss);
-        t.seconds = l.seconds;
-        if (cb.on_step) cb.on_step({what, count.done, count.total, l.step, steps, l.loss, l.seconds});
-      },
-      nullptr);
-  const size_t tail = std::min<size_t>(losses.size(), 50);
-  for (size_t i = losses.size() - tail; i < losses.size(); ++i) t.train_loss += losses[i] / double(tail);
-  return t;
+                           ", seed " + std::to_string(seed) + "), lengths " +
+                           range_name(setup.train_task.min_len, setup.train_task.max_len);
+  return train_logged(o, what, ++count.done, count.total, cb);
 }
 
 // One greedy-decoding evaluation per bin.

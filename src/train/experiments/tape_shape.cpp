@@ -65,17 +65,9 @@ TapeShape record_step(train::Session& session, const data::Batch& batch) {
 
 TapeShape tape_shape(const models::ModelConfig& config, const std::string& task, int length,
                      int64_t batch_size, uint64_t seed) {
-  train::TrainOptions o;
-  o.model = config;
-  o.model.max_len = std::max<int64_t>(config.max_len, length + 2);  // room for <bos> + target + <eos>
-  o.task = task;
-  o.task_options = {length, length, 10};
-  o.batch_size = batch_size;
-  o.steps = 1;
-  o.seed = seed;
-  o.valid_size = 0;
-  o.eval_every = 0;
-  o.save_every = 0;
+  models::ModelConfig c = config;
+  c.max_len = std::max<int64_t>(config.max_len, length + 2);  // room for <bos> + target + <eos>
+  const train::TrainOptions o = run_options(c, task, {length, length, 10}, 1, batch_size, 0, Recipe{}.lr, seed, 0);
   train::Session s = train::make_session(o);
   return record_step(s, s.batch_for_step(1));
 }
