@@ -68,6 +68,7 @@ Report long_range(const Options& opts, const Callbacks& cb) {
   const std::vector<Arm> arms = {{rnn_config(models::ModelKind::rnn, opts.quick), task, {2e-3, false}},
                                  {rnn_config(models::ModelKind::attention_rnn, opts.quick), task, {2e-3, false}},
                                  {transformer_config(nn::PositionalKind::sinusoidal, opts.quick), task, {1e-3, false}}};
+  setup.recipe_source = "the winners of --sweep at seed 1, docs/experiments.md";
   Report r;
   r.name = "long-range";
   const auto scores = run_accuracy(arms, setup, opts, cb, r);

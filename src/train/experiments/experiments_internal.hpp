@@ -92,6 +92,8 @@ struct AccuracySetup {
   data::TaskOptions train_task;           // training lengths span every bin
   std::vector<std::pair<int, int>> bins;  // evaluation source-length ranges
   int64_t steps = 1500, batch_size = 32, warmup = 100, eval_examples = 200;
+  // Where the arms' default recipes come from, for the report (replaced by the sweep under --sweep).
+  std::string recipe_source = "lr 2e-3 for every arm, not swept; --sweep runs the sweep";
 };
 
 // One (arm, seed, bin) result.

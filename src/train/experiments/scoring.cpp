@@ -252,13 +252,16 @@ std::vector<Score> run_accuracy(const std::vector<Arm>& arms_in, const AccuracyS
       report.figures.push_back(std::move(f));
     }
   std::string recipes = "recipes:";
-  for (const Arm& arm : arms) recipes += " " + arm_label(arm.model) + " " + arm.recipe.name(is_transformer(arm)) + ";";
-  recipes.back() = opts.sweep ? ' ' : '.';
-  if (opts.sweep) recipes += "(chosen by the sweep above)";
-  else recipes += " Defaults from the sweep in docs/experiments.md (--sweep reruns it); warm-up " +
-                  std::to_string(std::min<int64_t>(setup.warmup, std::max<int64_t>(steps / 10, 1))) +
-                  " steps, batch " + std::to_string(setup.batch_size) + ", " + std::to_string(steps) +
-                  " steps for every arm.";
+  std::vector<std::string> listed;
+  for (const Arm& arm : arms) {
+    const std::string one = arm_label(arm.model) + " " + arm.recipe.name(is_transformer(arm));
+    if (std::find(listed.begin(), listed.end(), one) != listed.end()) continue;
+    listed.push_back(one);
+    recipes += (listed.size() > 1 ? "; " : " ") + one;
+  }
+  recipes += " (" + (opts.sweep ? std::string("chosen by the sweep below") : setup.recipe_source) + "); warm-up " +
+             std::to_string(std::min<int64_t>(setup.warmup, std::max<int64_t>(steps / 10, 1))) + " steps, batch " +
+             std::to_string(setup.batch_size) + ", " + std::to_string(steps) + " steps for every arm.";
   report.summary.push_back(recipes);
   return scores;
 }
