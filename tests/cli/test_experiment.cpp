@@ -94,7 +94,7 @@ TEST_CASE("experiment positional --quick: one row per arm, fractions in [0,1]", 
   const auto rows = read_csv(dir + "/results.csv");
   const auto& h = rows[0];
   CHECK(h[0] == "experiment");
-  REQUIRE(rows.size() == 1 + 6);  // {sinusoidal, learned, none} x {reverse, sort}
+  REQUIRE(rows.size() == 1 + 6 * 2);  // {sinusoidal, learned, none} x {reverse, sort} x 2 length bins
   std::set<std::pair<std::string, std::string>> arms;
   for (size_t i = 1; i < rows.size(); ++i) {
     CHECK(rows[i][0] == "positional");
@@ -105,6 +105,8 @@ TEST_CASE("experiment positional --quick: one row per arm, fractions in [0,1]", 
   }
   CHECK(arms.size() == 6);
   CHECK(fs::exists(dir + "/report.txt"));
+  CHECK(fs::exists(dir + "/accuracy-reverse.png"));
+  CHECK(fs::exists(dir + "/accuracy-sort.png"));
   // The exact part: permutation equivariance of the encoder (float64), one summary line per kind.
   CHECK_THAT(r.out, Catch::Contains("encoder, positional none: permuting the source permutes the outputs"));
   CHECK_THAT(r.out, Catch::Contains("encoder, positional sinusoidal: permuting the source does not permute"));
