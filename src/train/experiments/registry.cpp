@@ -91,7 +91,7 @@ std::string description(const std::string& name) {
            "the source length (8, 16, 32, 64): it should grow for the RNNs and stay constant for the "
            "Transformer";
   if (name == "attention-maps")
-    return "a Transformer (sinusoidal) and an attention GRU trained on reverse (lengths 8-16, default 400 "
+    return "a Transformer (sinusoidal) and an attention GRU trained on reverse (lengths 8-16, default 1000 "
            "steps per arm and seed): the fraction of the last decoder layer's cross-attention mass (heads "
            "averaged) and of the GRU's alignment on the expected source position (output j <- source S-1-j), "
            "teacher-forced on held-out examples, with one example's map per arm as a heatmap";
