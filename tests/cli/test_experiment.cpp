@@ -184,6 +184,58 @@ TEST_CASE("experiment bottleneck --quick --seeds 2: every row once per seed", "[
   fs::remove_all(dir);
 }
 
+TEST_CASE("experiment long-range --quick --sweep: the sweep's choice is each arm's best, then every seed",
+          "[cli][experiment]") {
+  const std::string dir = temp_dir("long-range");
+  const Run r =
+      run("experiment long-range --quick --sweep --steps 40 --seeds 2 --seed 4 --threads 1 --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const auto rows = read_csv(dir + "/results.csv");
+  const auto& h = rows[0];
+  std::map<std::pair<std::string, std::string>, size_t> per_arm_seed;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    CHECK(rows[i][column(h, "task")] == "pair-recall");
+    check_fraction(rows[i][column(h, "exact_match")]);
+    ++per_arm_seed[{rows[i][column(h, "arm")], rows[i][column(h, "seed")]}];
+  }
+  CHECK(per_arm_seed.size() == 3 * 2);                  // {rnn, attention-rnn, transformer} x seeds 4, 5
+  for (const auto& [key, n] : per_arm_seed) CHECK(n == 2);  // two length bins under --quick
+  // The sweep's table in report.md: 3 + 3 + 6 recipes, one chosen per arm, and the chosen one has the
+  // best validation exact match of its arm.
+  std::ifstream f(dir + "/report.md");
+  const std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t at = md.find("| arm | task | recipe | valid_exact_match");
+  REQUIRE(at != std::string::npos);
+  std::map<std::string, std::vector<std::pair<double, bool>>> sweep;  // arm -> (valid exact match, chosen)
+  std::stringstream lines(md.substr(at));
+  std::string line;
+  std::getline(lines, line);
+  std::getline(lines, line);  // the header's separator
+  while (std::getline(lines, line) && line.rfind("| ", 0) == 0) {
+    std::vector<std::string> cells;
+    for (const auto& c : split(line, '|')) cells.push_back(c.size() > 2 ? c.substr(1, c.size() - 2) : "");
+    REQUIRE(cells.size() == 8);  // leading empty cell, then 7 columns
+    sweep[cells[1]].push_back({std::stod(cells[4]), cells[7] == "yes"});
+  }
+  REQUIRE(sweep.size() == 3);
+  CHECK(sweep["rnn-gru"].size() == 3);
+  CHECK(sweep["transformer-sinusoidal"].size() == 6);
+  for (const auto& [arm, recipes] : sweep) {
+    CAPTURE(arm);
+    double best = -1, chosen = -1;
+    int n_chosen = 0;
+    for (const auto& [em, yes] : recipes) {
+      best = std::max(best, em);
+      if (yes) chosen = em, ++n_chosen;
+    }
+    CHECK(n_chosen == 1);
+    CHECK(chosen == best);
+  }
+  check_report_md(dir, "long-range", r.out);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("experiment parallelism --quick: step times at 1 and 2 threads", "[cli][experiment]") {
   const std::string dir = temp_dir("parallelism");
   const Run r = run("experiment parallelism --quick --threads 2 --out " + dir);
