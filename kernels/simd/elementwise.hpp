@@ -28,8 +28,11 @@ inline constexpr double kInvSqrt2PiD = 0.3989422804014327;
 // from the one exp that can neither overflow nor need the full-range reduction: e = exp(-2|u|) in
 // [0, 1] (exp_nonpositive). For u >= 0, s = 1 / (1 + e) and 1 - s = e / (1 + e); for u < 0 the two
 // swap; either way s (1 - s) = e / (1 + e)^2, free of the cancellation in 1 - s near s = 1.
-// Error: |2u| <= 25 for |x| <= 6, so the exp is within 1.3 eps (math.hpp) and the forward
-// within ~3 eps relative (exp, one multiply, the add and the division).
+// Error, with z = |2u|: forward within (4 + 2z) eps |y|, backward within (8 + 4z) eps of the sum of
+// its terms' sizes, plus 2 |x| FLT_MIN where e is flushed below FLT_MIN. The z term is the
+// rounding of the computed 2u (a few eps relative), which moves exp(-z) z times as much; it only
+// shows for x < 0, where y ~ x e^-z is tiny. Tested against double over [-14, 14]
+// (test_vector_kernels.cpp, "gelu_tanh against double"): at most 0.67 of the bound, AVX2 and SSE2.
 template <class Arch>
 struct GeluSigmoid {
   Batch<Arch> e;                            // exp(-2|u|)
