@@ -188,6 +188,50 @@ void register_layernorm(int64_t rows, int64_t cols) {
   }
 }
 
+// Layer norm backward with dgamma and dbeta: x, dy and dx read, dx written (4 n floats moved; gamma,
+// mean, rstd, dgamma and dbeta are O(rows + cols)). memcpy copies 2 n floats. dx accumulates over
+// the iterations, which does not change the work.
+void register_layernorm_backward(int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  const double bytes = 4.0 * 4 * double(n);
+  auto stats = [=] {  // mean and rstd of x, as the forward saves them
+    ref::layer_norm<float>(rows, cols, buffer("x", n).data(), buffer("gamma", cols, 0.5f, 1.5f).data(),
+                           nullptr, 1e-5, buffer("y", n).data(), buffer("mean", rows).data(),
+                           buffer("rstd", rows).data());
+  };
+  auto call = [=](bool simd, float* dx, float* dgamma, float* dbeta) {
+    const float* g = buffer("gamma", cols, 0.5f, 1.5f).data();
+    const float* mean = buffer("mean", rows).data();
+    const float* rstd = buffer("rstd", rows).data();
+    const float* x = buffer("x", n).data();
+    const float* dy = buffer("dy", n, -1, 1).data();
+    if (simd)
+      k::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta);
+    else
+      ref::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta);
+  };
+  auto timed = [=](bool simd) {
+    call(simd, buffer("dx", n, -1, 1).data(), buffer("dgamma", cols).data(), buffer("dbeta", cols).data());
+  };
+  for (int t : {1, 2}) {
+    const std::string tail = tail_of(shape_name(rows, cols), t);
+    add({"layernorm_backward/tapegrad" + tail, t, bytes, [=] { timed(true); },
+         [=]() -> std::string {
+           stats();
+           std::vector<float> dx_want(static_cast<size_t>(n), 0.0f), dg_want(size_t(cols), 0.0f),
+               db_want(size_t(cols), 0.0f), dx(dx_want), dg(dg_want), db(db_want);
+           call(false, dx_want.data(), dg_want.data(), db_want.data());
+           call(true, dx.data(), dg.data(), db.data());
+           const double d = std::max(max_abs_diff(dx, dx_want),
+                                     (max_abs_diff(dg, dg_want) + max_abs_diff(db, db_want)) / double(rows));
+           return d <= 1e-4 ? "" : "layer_norm_backward differs from the reference by " + std::to_string(d);
+         }});
+    add({"layernorm_backward/reference" + tail, t, bytes, [=] { timed(false); }, nullptr});
+    add({"layernorm_backward/memcpy" + tail, t, bytes,
+         [=] { parallel_memcpy(buffer("y", 2 * n).data(), buffer("x", 2 * n).data(), 2 * n, t); }, nullptr});
+  }
+}
+
 // Cross-entropy with gradient: logits in, gradient out (row losses are O(rows)).
 void register_cross_entropy(int64_t rows, int64_t V) {
   const int64_t n = rows * V;
@@ -240,6 +284,36 @@ void register_gelu(int64_t n) {
   }
 }
 
+// GELU backward: x, dy and dx read, dx written (the kernel does not read y for gelu): 4 n floats
+// moved, memcpy copies 2 n. dx accumulates over the iterations, which does not change the work.
+void register_gelu_backward(int64_t n) {
+  const double bytes = 4.0 * 4 * double(n);
+  auto call = [=](bool simd, float* dx) {
+    const float* x = buffer("x", n).data();
+    const float* y = buffer("y", n).data();
+    const float* dy = buffer("dy", n, -1, 1).data();
+    if (simd)
+      k::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx);
+    else
+      ref::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx);
+  };
+  for (int t : {1, 2}) {
+    const std::string tail = tail_of(std::to_string(n), t);
+    add({"gelu_backward/tapegrad" + tail, t, bytes, [=] { call(true, buffer("dx", n, -1, 1).data()); },
+         [=]() -> std::string {
+           std::vector<float> want(static_cast<size_t>(n), 0.0f), got(want);
+           call(false, want.data());
+           call(true, got.data());
+           const double d = max_abs_diff(got, want);
+           return d <= 1e-5 ? "" : "gelu backward differs from the reference by " + std::to_string(d);
+         }});
+    add({"gelu_backward/reference" + tail, t, bytes, [=] { call(false, buffer("dx", n, -1, 1).data()); },
+         nullptr});
+    add({"gelu_backward/memcpy" + tail, t, bytes,
+         [=] { parallel_memcpy(buffer("y", 2 * n).data(), buffer("x", 2 * n).data(), 2 * n, t); }, nullptr});
+  }
+}
+
 // Adam: reads param, grad, m, v and writes param, m, v. The state drifts over iterations, which
 // does not change the work. memcpy moves the same 7 n floats (3.5 n copied).
 void register_adam(int64_t n) {
@@ -288,9 +362,12 @@ int main(int argc, char** argv) {
   register_layernorm(4096, 1024);
   register_layernorm(8192, 256);
   register_layernorm(16384, 1024);
+  register_layernorm_backward(4096, 1024);
+  register_layernorm_backward(8192, 256);
   register_cross_entropy(1024, 8192);
   register_cross_entropy(4096, 1001);
   register_gelu(int64_t(1) << 24);
+  register_gelu_backward(int64_t(1) << 24);
   register_adam(int64_t(1) << 22);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

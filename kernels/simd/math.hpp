@@ -1,7 +1,7 @@
 // Vector exp for float32, our own so that its error bound and its edge behaviour are known and
 // tested (tests/kernels/test_vector_kernels.cpp, "exp"). log, log1p, tanh and erf come from xsimd and
-// serve only the unary ops log, tanh, softplus (log1p) and gelu_erf (gelu_tanh goes through exp, see
-// elementwise.hpp).
+// serve only the unary ops log, tanh, softplus (log1p) and gelu_erf (gelu_tanh goes through
+// exp_nonpositive, see elementwise.hpp).
 //
 // Method: exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n ln2 in [-ln2/2, ln2/2], with ln2 split
 // into a short high part (n * hi is exact for |n| < 2^15) and a low correction (Cody-Waite), and

@@ -267,6 +267,87 @@ TEST_CASE("unary and unary_backward match the reference", "[kernels][elementwise
   }
 }
 
+// gelu_tanh against the formula in double over a dense grid that reaches where the result
+// underflows (x < -10) and saturates (x > 6), plus special values. With z = |2u|, the exp's
+// argument: an error of d relative in the computed 2u moves exp(-z) by z d relative, so for x < 0
+// (y ~ x e^-z) the bound grows with z; for x > 0 it does not (y = x / (1 + e^-z)). Stated bound
+// (elementwise.hpp, gelu_sigmoid): forward within (4 + 2z) eps |y|, backward within
+// (8 + 4z) eps times the sum of its terms' sizes |s| + |x s (1 - s) d(2u)/dx|, plus, where exp(-z)
+// is flushed to 0 below FLT_MIN, 2 |x| FLT_MIN (forward) and 2 |x| FLT_MIN d(2u)/dx (backward).
+TEST_CASE("gelu_tanh against double: error bound, saturation, underflow, special values",
+          "[kernels][elementwise]") {
+  constexpr double kA = 2 * 0.7978845608028654, kB = kA * 0.044715;
+  std::vector<float> x;
+  for (double v = -14; v <= 14; v += 0.00037) x.push_back(float(v));
+  const size_t grid = x.size();
+  for (float v : {-100.0f, -30.0f, 30.0f, 100.0f, 0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, -1e-40f})
+    x.push_back(v);
+  const size_t finite = x.size();
+  for (float v : {kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 1e30f, -1e30f}) x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  for_each_isa(GENERATE(1, 2), [&](const std::string& isa) {
+    if (isa == "scalar") return;  // the reference itself: its 1 +- tanh(u) cancel (see kUnaryCases)
+    std::vector<float> y(x.size()), dx(x.size(), 0.0f);
+    const std::vector<float> dy(x.size(), 1.0f);
+    k::unary<float>(k::Unary::gelu_tanh, n, x.data(), y.data());
+    k::unary_backward<float>(k::Unary::gelu_tanh, int64_t(finite), x.data(), y.data(), dy.data(), dx.data());
+    double worst_f = 0, worst_b = 0;
+    size_t at_f = 0, at_b = 0;
+    for (size_t i = 0; i < finite; ++i) {
+      const double v = x[i], two_u = v * (kA + kB * v * v), z = std::abs(two_u);
+      const double sg = 1 / (1 + std::exp(-two_u)), want = v * sg;
+      const double slope = kA + 3 * kB * v * v, term = v * sg * (1 - sg) * slope, dwant = sg + term;
+      const double lim_f = (4 + 2 * z) * kEps * std::abs(want) + 2 * std::abs(v) * FLT_MIN;
+      const double lim_b = (8 + 4 * z) * kEps * (sg + std::abs(term)) + 2 * std::abs(v) * FLT_MIN * slope;
+      const double ef = std::abs(double(y[i]) - want), eb = std::abs(double(dx[i]) - dwant);
+      const double rf = ef == 0 ? 0 : ef / lim_f, rb = eb == 0 ? 0 : eb / lim_b;  // NaN fails below
+      if (!(rf <= worst_f)) worst_f = rf, at_f = i;
+      if (!(rb <= worst_b)) worst_b = rb, at_b = i;
+    }
+    INFO("forward: worst " << worst_f << "x the bound at x = " << x[at_f] << " (got " << y[at_f] << ")");
+    INFO("backward: worst " << worst_b << "x the bound at x = " << x[at_b] << " (got " << dx[at_b] << ")");
+    CHECK(worst_f <= 1.0);
+    CHECK(worst_b <= 1.0);
+    CHECK(grid > 70000);
+    // Specials as the reference formula in float: inf -> inf, -inf -> NaN (-inf * 0), NaN -> NaN,
+    // and the cube overflowing for |x| = 1e30 still saturates: 1e30 and -0.
+    const size_t s = finite;
+    CHECK(y[s] == kInfF);
+    CHECK(std::isnan(y[s + 1]));
+    CHECK(std::isnan(y[s + 2]));
+    CHECK(y[s + 3] == 1e30f);
+    CHECK(y[s + 4] == 0.0f);
+  });
+}
+
+// Outputs of at least half the L3 are written with streaming stores (the elementwise kernels' flat
+// blocks, when y is batch-aligned): every op, the same tolerances as above, an odd length so the last
+// block ends in a partial batch, y pre-filled so an element left unwritten shows. A y one float off
+// alignment takes the ordinary stores and must agree too.
+TEST_CASE("unary ops on outputs large enough for streaming stores", "[kernels][elementwise]") {
+  const int threads = GENERATE(1, 2);
+  const int64_t n = k::cache_info().l3 / 2 / 4 + 13;
+  std::vector<float> buf(size_t(n) + 17);
+  float* aligned = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) % 64) / 4) % 16;
+  for (const UnaryCase& uc : kUnaryCases) {
+    const auto x = random_vec(n, uc.lo, uc.hi, 21);
+    std::vector<float> want(static_cast<size_t>(n));
+    ref::unary<float>(uc.op, n, x.data(), want.data());
+    const bool gelu = uc.op == k::Unary::gelu_tanh || uc.op == k::Unary::gelu_erf;
+    const double scale = gelu ? 6.0 : 1.0;  // |x| <= 6
+    for (int offset : {0, 1}) {
+      if (offset == 1 && uc.op != k::Unary::gelu_tanh) continue;
+      CAPTURE(uc.name, n, threads, offset);
+      float* y = aligned + offset;
+      for_each_isa(threads, [&](const std::string&) {
+        std::fill(y, y + n, 99.0f);
+        k::unary<float>(uc.op, n, x.data(), y);
+        check_close(std::vector<float>(y, y + n), want, Tol{uc.fwd.atol * scale, uc.fwd.rtol}, "forward");
+      });
+    }
+  }
+}
+
 // softplus where the naive log(1 + exp(x)) fails: exp(x) overflows float above 88.7 (and double
 // above 709), and 1 + exp(x) rounds to 1 below -17, losing the result e^x. Both the reference and the
 // dispatched kernel are checked against the naive formula evaluated in double, where it is exact
@@ -995,7 +1076,8 @@ TEST_CASE("the measured FMA peak is within the FMA loop's own theory for each in
   // eight scalar chains, so one lane. The bounds are wide on purpose: they catch a loop the compiler
   // removed (far above) or one that runs at a fraction of a lane per cycle (far below), not a
   // particular machine's clock.
-  const std::vector<std::pair<std::string, double>> lanes = {{"scalar", 1}, {"sse2", 4}, {"avx2", 8}, {"avx512", 16}};
+  const std::vector<std::pair<std::string, double>> lanes = {
+      {"scalar", 1}, {"sse2", 4}, {"avx2", 8}, {"avx512", 16}};
   for (const auto& name : rt::available_isas()) {
     CAPTURE(name);
     rt::set_isa(name);
