@@ -61,6 +61,19 @@ void Table::add(std::vector<std::string> row) {
   rows.push_back(std::move(row));
 }
 
+namespace {
+// The indices of the `shown` columns (all of them when empty); throws Error naming an unknown one.
+std::vector<size_t> column_indices(const std::vector<std::string>& columns, const std::vector<std::string>& shown) {
+  std::vector<size_t> idx;
+  for (const auto& name : shown.empty() ? columns : shown) {
+    const auto it = std::find(columns.begin(), columns.end(), name);
+    if (it == columns.end()) throw Error("experiment table: no column '" + name + "'");
+    idx.push_back(size_t(it - columns.begin()));
+  }
+  return idx;
+}
+}  // namespace
+
 const std::string& Table::cell(size_t row, const std::string& column) const {
   for (size_t c = 0; c < columns.size(); ++c)
     if (columns[c] == column) return rows.at(row)[c];
@@ -68,12 +81,7 @@ const std::string& Table::cell(size_t row, const std::string& column) const {
 }
 
 std::string Table::to_text(const std::vector<std::string>& shown) const {
-  std::vector<size_t> idx;
-  for (const auto& name : shown.empty() ? columns : shown) {
-    const auto it = std::find(columns.begin(), columns.end(), name);
-    if (it == columns.end()) throw Error("experiment table: no column '" + name + "'");
-    idx.push_back(size_t(it - columns.begin()));
-  }
+  const std::vector<size_t> idx = column_indices(columns, shown);
   std::vector<size_t> width(idx.size());
   for (size_t i = 0; i < idx.size(); ++i) {
     width[i] = columns[idx[i]].size();
@@ -107,12 +115,7 @@ std::string Table::to_csv() const {
 }
 
 std::string Table::to_markdown(const std::vector<std::string>& shown) const {
-  std::vector<size_t> idx;
-  for (const auto& name : shown.empty() ? columns : shown) {
-    const auto it = std::find(columns.begin(), columns.end(), name);
-    if (it == columns.end()) throw Error("experiment table: no column '" + name + "'");
-    idx.push_back(size_t(it - columns.begin()));
-  }
+  const std::vector<size_t> idx = column_indices(columns, shown);
   std::ostringstream os;
   auto line = [&](auto cell_of) {
     os << "|";
