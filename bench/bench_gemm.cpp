@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
   const std::vector<Shape> shapes = {
       {64, 64, 64},       {128, 128, 128},    {256, 256, 256},  {257, 257, 257},   {512, 512, 512},
       {1000, 1000, 1000}, {1024, 1024, 1024}, {2048, 256, 256}, {2048, 256, 1024}, {2048, 1024, 256},
+      // One time step of the attention GRU (batch 64, hidden 256, gates 3 x 256): the recurrent
+      // projection and its input gradient (64 x 256 x 768, 64 x 768 x 256) and the weight gradient
+      // accumulated per step (768 x 64 x 256, tn).
+      {64, 256, 768},     {64, 768, 256},     {768, 64, 256},
   };
   const std::vector<Op> ops = {{false, false}, {false, true}, {true, false}, {true, true}};
   for (const Shape& s : shapes)
@@ -200,7 +204,8 @@ int main(int argc, char** argv) {
 #endif
       }
   // Attention: (batch * heads) x (T x T x head_dim) and its (T x head_dim x T) partner.
-  const std::vector<std::pair<int64_t, Shape>> batched = {{256, {32, 32, 32}}, {128, {64, 64, 64}}};
+  // Then the attention GRU's context, weights [B,1,S] x keys [B,S,H] (batch 64, S 32, H 256).
+  const std::vector<std::pair<int64_t, Shape>> batched = {{256, {32, 32, 32}}, {128, {64, 64, 64}}, {64, {1, 32, 256}}};
   for (const auto& [batch, s] : batched)
     for (int t : {1, 2}) {
       benchmark::RegisterBenchmark(row_name("gemm_batched", "tapegrad", "nn", batch, s, t).c_str(),

@@ -124,6 +124,11 @@ bool should_record(const std::vector<Tensor>& inputs);
 // Marks `output` as produced by `op` and appends the entry to the current tape.
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
             std::function<void(const Tensor&)> backward);
+// Runs `fn` once the reverse pass that is running now has walked every entry (before the tape is
+// cleared), in the order registered. For work a closure hands on to later ones, e.g. a weight
+// gradient summed over many uses that must be written even if some use's entry is off the path
+// to the output. Only valid inside a backward closure.
+void at_backward_end(std::function<void()> fn);
 
 // ---- writing gradients: the three ways a backward touches an input's .grad ---------------------
 //

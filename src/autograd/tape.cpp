@@ -30,7 +30,14 @@ thread_local Tape t_default_tape;
 thread_local Tape* t_current_tape = &t_default_tape;
 thread_local bool t_grad_enabled = true;
 thread_local std::vector<TapeObserver*> t_observers;
+thread_local std::vector<std::function<void()>> t_backward_end;  // at_backward_end's queue
+thread_local bool t_in_backward = false;
 }  // namespace
+
+void at_backward_end(std::function<void()> fn) {
+  if (!t_in_backward) throw AutogradError("at_backward_end: called outside a backward pass");
+  t_backward_end.push_back(std::move(fn));
+}
 
 ObserveScope::ObserveScope(TapeObserver& observer) { t_observers.push_back(&observer); }
 ObserveScope::~ObserveScope() { t_observers.pop_back(); }
@@ -165,7 +172,13 @@ void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph
   }
 
   NoGrad no_grad;
+  if (t_in_backward) throw AutogradError("backward: called from inside another backward pass");
   accumulate_grad(output, grad_output.defined() ? grad_output.clone() : Tensor::ones(output.shape(), output.dtype()));
+  // The queue of at_backward_end: emptied on the way out, even when a closure throws.
+  struct Walk {
+    Walk() { t_in_backward = true; }
+    ~Walk() { t_in_backward = false, t_backward_end.clear(); }
+  } walk;
   auto& entries = tape.entries();
   for (size_t i = entries.size(); i-- > 0;) {
     TapeEntry& e = entries[i];
@@ -181,6 +194,7 @@ void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph
     e.backward(dy);
     for (TapeObserver* o : t_observers) o->after_backward(tape, i);
   }
+  for (size_t i = 0; i < t_backward_end.size(); ++i) t_backward_end[i]();  // may queue more
   if (!retain_graph) tape.clear();
 }
 

@@ -198,6 +198,7 @@ TEMPLATE_TEST_CASE("gemm: non-square shapes and leading dimensions", "[kernels][
       {127, 65, 3, 0},   {3, 129, 127, 1},   {65, 127, 17, 4},  {100, 300, 40, 0}, {300, 40, 100, 3},
       {40, 50, 1000, 1}, {20, 1000, 300, 0}, {5000, 17, 20, 2}, {257, 129, 65, 0}, {129, 257, 513, 9},
       {8, 32, 32, 0},    {36, 32, 32, 1},    {49, 64, 600, 0},  {97, 96, 520, 3},  {48, 65, 130, 0},
+      {1, 256, 32, 0},   {1, 37, 1000, 2},   {1, 1000, 37, 1},  {1, 5, 7, 0},
   }));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   check_everywhere<TestType>({ta, tb, M, N, K, pad, 1.0, 0.0});
@@ -235,7 +236,9 @@ TEMPLATE_TEST_CASE("gemm_packed_b: B packed once, used by several GEMMs, every I
 TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][gemm]", float, double) {
   const double alpha = GENERATE(1.0, 0.5, -1.5);
   const double beta = GENERATE(0.0, 1.0, 0.25);
-  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{33, 17, 65}, {129, 70, 600}, {7, 3, 1}}));
+  // {1, ..}: the one-row path (four vectors of C, four dot products, their tails).
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>(
+      {{33, 17, 65}, {129, 70, 600}, {7, 3, 1}, {1, 70, 45}, {1, 35, 300}, {1, 3, 9}}));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   check_everywhere<TestType>({ta, tb, M, N, K, 2, alpha, beta});
 }
