@@ -27,6 +27,8 @@ printed and must agree (exit 1 otherwise).
 Usage: bench/compare_train.py [--build DIR] [--models a,b] [--threads 1,2] [--rounds 2]
                               [--omp-wait-policy passive|active|default] [--markdown]
 (`tools/run bench --compare [ARGS]` installs what it needs, builds, and runs this with ARGS.)
+On a 2-core Zen 3 the default run takes about 6 minutes, three quarters of it transformer_base;
+`--models transformer,attention_gru` takes about 1.5.
 """
 import argparse
 import json
