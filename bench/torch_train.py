@@ -1,18 +1,23 @@
 #!/usr/bin/python3
 """PyTorch side of the training-step comparison (bench/bench_train.cpp is tapegrad's side).
 
-The same two models, sizes and data as bench_train.cpp: one step = forward + backward + AdamW update +
-zero_grad on a fixed batch of 64 random (source, target) pairs of length 32 over a vocabulary of 32,
-no padding, dropout 0, no clipping.
-  transformer:   d_model 128, 4 heads, 2 encoder + 2 decoder layers (nn.TransformerEncoderLayer /
-                 DecoderLayer, post-LN, ReLU, d_ff 512, no final norms: like tapegrad's post-LN model),
-                 embeddings * sqrt(d_model) + sinusoidal positions, output Linear to the vocabulary.
-  attention_gru: embeddings 128, a 2-layer nn.GRU encoder (hidden 256), a decoder of two nn.GRUCell
-                 stepped over time with input feeding ([embedding; previous attentional vector]),
-                 additive attention v^T tanh(W_q h + W_k enc), combine tanh(W_c [h; ctx]), output Linear.
+The same models, sizes and data as bench_train.cpp: one step = forward + backward + AdamW update +
+zero_grad on a fixed batch of random (source, target) pairs, no padding, dropout 0, no clipping.
+  transformer:      batch 64, lengths 32, vocabulary 32; d_model 128, 4 heads, 2 encoder + 2 decoder
+                    layers (nn.TransformerEncoderLayer / DecoderLayer, post-LN, ReLU, d_ff 512, no final
+                    norms: like tapegrad's post-LN model), embeddings * sqrt(d_model) + sinusoidal
+                    positions, output Linear to the vocabulary.
+  attention_gru:    batch 64, lengths 32, vocabulary 32; embeddings 128, a 2-layer nn.GRU encoder
+                    (hidden 256), a decoder of two nn.GRUCell stepped over time with input feeding
+                    ([embedding; previous attentional vector]), additive attention
+                    v^T tanh(W_q h + W_k enc), combine tanh(W_c [h; ctx]), output Linear.
+  transformer_base: the same Transformer at the original paper's base size: batch 32, lengths 64,
+                    vocabulary 1000; d_model 512, 8 heads, 6 + 6 layers, d_ff 2048.
 Each (model, threads) runs in its own child process, so its peak RSS (ru_maxrss) is its own; each
-reports the median of 30 timed steps after 5 warm-up steps (and the fastest step, and the median CPU
-time of a step over all threads), at torch.set_num_threads(1) and (2).
+reports the median of its timed steps after its warm-up steps (30 after 5; 3 after 1 for
+transformer_base, whose step takes seconds), the fastest step, the median CPU time of a step over all
+threads, and the model's parameter count (bench_train's `params` counter is the same count), at
+torch.set_num_threads(1) and (2).
 
 Use Debian's PyTorch (python3-torch, 1.13) through /usr/bin/python3, and the OpenMP build of OpenBLAS
 (libopenblas0-openmp): the default pthreads build fights torch's OpenMP threads at 2 threads. The
@@ -20,7 +25,8 @@ children are started with that library first on LD_LIBRARY_PATH and without OPEN
 OPENBLAS_L2_SIZE (which force a slower kernel); the same command by hand:
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
       LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 bench/torch_train.py
-Options: --steps N (timed steps, default 30), --models transformer,attention_gru, --threads 1,2, --json.
+Options: --steps N and --warmup N (default: per model, as above), --models transformer,attention_gru
+(transformer_base on request), --threads 1,2, --json.
 """
 import argparse
 import json
@@ -33,15 +39,22 @@ import sys
 import time
 
 OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
-B, S, T, V = 64, 32, 32, 32
 BOS = 1
+# Per model: batch, source length, target length, vocabulary, model sizes, default (timed, warm-up) steps.
+WORKLOADS = {
+    "transformer": dict(B=64, S=32, T=32, V=32, sizes=dict(d=128, heads=4, layers=2, ff=512), steps=(30, 5)),
+    "attention_gru": dict(B=64, S=32, T=32, V=32, sizes=dict(E=128, H=256, layers=2), steps=(30, 5)),
+    "transformer_base": dict(B=32, S=64, T=64, V=1000, sizes=dict(d=512, heads=8, layers=6, ff=2048), steps=(3, 1)),
+}
 
 
 def build(name, torch, nn):
     F = nn.functional
+    w = WORKLOADS[name]
+    T, V = w["T"], w["V"]
 
     class Transformer(nn.Module):
-        def __init__(self, d=128, heads=4, layers=2, ff=512):
+        def __init__(self, d, heads, layers, ff):
             super().__init__()
             self.d = d
             self.src_embed = nn.Embedding(V, d)
@@ -67,7 +80,7 @@ def build(name, torch, nn):
             return self.out(self.decoder(t, memory, tgt_mask=self.causal))
 
     class AttentionGRU(nn.Module):
-        def __init__(self, E=128, H=256, layers=2):
+        def __init__(self, E, H, layers):
             super().__init__()
             self.H = H
             self.src_embed = nn.Embedding(V, E)
@@ -99,13 +112,17 @@ def build(name, torch, nn):
                 outs.append(feed)
             return self.out(torch.stack(outs, 1))
 
-    return Transformer() if name == "transformer" else AttentionGRU()
+    return (AttentionGRU if name == "attention_gru" else Transformer)(**w["sizes"])
 
 
 def run_one(name, threads, steps, warmup):
     import torch
     from torch import nn
 
+    w = WORKLOADS[name]
+    B, S, T, V = w["B"], w["S"], w["T"], w["V"]
+    steps = steps if steps is not None else w["steps"][0]
+    warmup = warmup if warmup is not None else w["steps"][1]
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(2024)
@@ -141,6 +158,9 @@ def run_one(name, threads, steps, warmup):
         "min_ms": min(times) * 1e3,
         "cpu_ms": statistics.median(cpu) * 1e3,
         "tokens_per_s": B * T / statistics.median(times),
+        "steps": steps,
+        "warmup": warmup,
+        "params": sum(p.numel() for p in model.parameters()),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "torch": torch.__version__,
         "blas": blas,
@@ -151,8 +171,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="transformer,attention_gru")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default: 30, 3 for transformer_base)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: 5, 1 for transformer_base)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of a table")
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -168,22 +188,28 @@ def main():
     else:
         print(f"warning: {OPENBLAS_OPENMP} missing (apt-get install libopenblas0-openmp); "
               "2-thread figures will suffer from OpenBLAS pthreads vs OpenMP", file=sys.stderr)
+    names = a.models.split(",")
+    for name in names:
+        if name not in WORKLOADS:
+            sys.exit(f"torch_train.py: --models: unknown model {name!r} (one of {', '.join(WORKLOADS)})")
     rows = []
-    for name in a.models.split(","):
+    for name in names:
         for threads in (int(t) for t in a.threads.split(",")):
-            out = subprocess.run([sys.executable, __file__, "--child", name, str(threads), "--steps", str(a.steps),
-                                  "--warmup", str(a.warmup)], env=env, check=True, capture_output=True, text=True)
+            counts = [f"--{k}={v}" for k, v in (("steps", a.steps), ("warmup", a.warmup)) if v is not None]
+            out = subprocess.run([sys.executable, __file__, "--child", name, str(threads), *counts], env=env,
+                                 check=True, capture_output=True, text=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             if a.json:
                 print(json.dumps(rows[-1]), flush=True)
     if a.json:
         return
-    print(f"PyTorch {rows[0]['torch']}, BLAS {', '.join(rows[0]['blas'])}; median of {a.steps} steps "
-          f"after {a.warmup} warm-up; {B * T} target tokens per step")
-    print(f"{'model':<15}{'threads':>8}{'ms/step':>10}{'min ms':>9}{'cpu ms':>9}{'tokens/s':>11}{'peak RSS MiB':>14}")
+    print(f"PyTorch {rows[0]['torch']}, BLAS {', '.join(rows[0]['blas'])}; median of the timed steps after "
+          "the warm-up ones")
+    print(f"{'model':<18}{'threads':>8}{'steps':>7}{'ms/step':>10}{'min ms':>9}{'cpu ms':>9}{'tokens/s':>11}"
+          f"{'params':>11}{'peak RSS MiB':>14}")
     for r in rows:
-        print(f"{r['model']:<15}{r['threads']:>8}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}{r['cpu_ms']:>9.1f}"
-              f"{r['tokens_per_s']:>11.0f}{r['peak_rss_mib']:>14.0f}")
+        print(f"{r['model']:<18}{r['threads']:>8}{r['steps']:>7}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}"
+              f"{r['cpu_ms']:>9.1f}{r['tokens_per_s']:>11.0f}{r['params']:>11}{r['peak_rss_mib']:>14.0f}")
 
 
 if __name__ == "__main__":
