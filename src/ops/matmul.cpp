@@ -277,6 +277,10 @@ std::shared_ptr<PackedWeight> packed_weight(const Tensor& weight, const Tensor& 
 // and x rows into the stacks; the last use to run (the first recorded) does the GEMM, so the
 // gradient appears where a per-use GEMM would have completed it; uses whose entry is off the path to
 // the output are not waited for (at_backward_end flushes what arrived). Same sum, other order.
+// A stack holds at most this many rows (or, if fewer, all the uses' rows); when full its GEMM runs
+// and it starts again, so its memory is bounded (512 x (in + out) floats) at no loss of speed.
+constexpr int64_t kStackDepth = 512;
+
 struct StackedWeightGrad : std::enable_shared_from_this<StackedWeightGrad> {
   Tensor weight;
   int64_t uses = 0, rows = 0, in = 0, out = 0;  // as recorded
@@ -287,32 +291,40 @@ struct StackedWeightGrad : std::enable_shared_from_this<StackedWeightGrad> {
 
   template <class T>
   void add(const Tensor& dy, const Tensor& xc, int64_t n) {
-    if (filled == 0) {
+    if (pending == 0) {
       pending = uses;
-      dy_rows = Tensor::empty({rows, out}, dy.dtype());
-      x_rows = Tensor::empty({rows, in}, dy.dtype());
+      const int64_t capacity = std::min(rows, kStackDepth);
+      dy_rows = Tensor::empty({capacity, out}, dy.dtype());
+      x_rows = Tensor::empty({capacity, in}, dy.dtype());
       // Flushes at the end of the walk; the guard empties the stack however the walk ends (a
       // closure that throws drops the queue), so a later backward starts from nothing.
       std::shared_ptr<StackedWeightGrad> self = shared_from_this();
       std::shared_ptr<StackedWeightGrad> guard(self.get(), [self](StackedWeightGrad* s) { s->clear(); });
       at_backward_end([guard] { guard->flush<T>(); });
     }
+    if (filled + n > dy_rows.size(0)) gemm_rows<T>();  // full: sum what is there, start again
     std::copy_n(dy.data<T>(), n * out, dy_rows.data<T>() + filled * out);
     std::copy_n(xc.data<T>(), n * in, x_rows.data<T>() + filled * in);
     filled += n;
     if (--pending == 0) flush<T>();
   }
+  // dW += (stacked dy)^T (stacked x) over the rows filled so far.
   template <class T>
-  void flush() {
+  void gemm_rows() {
     if (filled == 0) return;
     bool fresh = false;
     Tensor dw = grad_buffer(weight, &fresh);
     kernels::gemm<T>(true, false, out, in, filled, T(1), dy_rows.data<T>(), out, x_rows.data<T>(), in,
                      fresh ? T(0) : T(1), dw.data<T>(), in);
+    filled = 0;
+  }
+  template <class T>
+  void flush() {
+    gemm_rows<T>();
     clear();
   }
   void clear() {
-    filled = 0;
+    filled = pending = 0;
     dy_rows = Tensor(), x_rows = Tensor();
   }
 };
