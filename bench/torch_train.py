@@ -205,11 +205,13 @@ def main():
         return
     print(f"PyTorch {rows[0]['torch']}, BLAS {', '.join(rows[0]['blas'])}; median of the timed steps after "
           "the warm-up ones")
-    print(f"{'model':<18}{'threads':>8}{'steps':>7}{'ms/step':>10}{'min ms':>9}{'cpu ms':>9}{'tokens/s':>11}"
-          f"{'params':>11}{'peak RSS MiB':>14}")
+    # Columns: the first four as before the timed-steps and parameter columns were added (scripts
+    # read "model threads ms/step min-ms"), the new ones at the end.
+    print(f"{'model':<18}{'threads':>8}{'ms/step':>10}{'min ms':>9}{'cpu ms':>9}{'tokens/s':>11}"
+          f"{'peak RSS MiB':>14}{'steps':>7}{'params':>11}")
     for r in rows:
-        print(f"{r['model']:<18}{r['threads']:>8}{r['steps']:>7}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}"
-              f"{r['cpu_ms']:>9.1f}{r['tokens_per_s']:>11.0f}{r['params']:>11}{r['peak_rss_mib']:>14.0f}")
+        print(f"{r['model']:<18}{r['threads']:>8}{r['median_ms']:>10.1f}{r['min_ms']:>9.1f}"
+              f"{r['cpu_ms']:>9.1f}{r['tokens_per_s']:>11.0f}{r['peak_rss_mib']:>14.0f}{r['steps']:>7}{r['params']:>11}")
 
 
 if __name__ == "__main__":
