@@ -191,6 +191,11 @@ int main(int argc, char** argv) {
       // projection and its input gradient (64 x 256 x 768, 64 x 768 x 256) and the weight gradient
       // accumulated per step (768 x 64 x 256, tn).
       {64, 256, 768},     {64, 768, 256},     {768, 64, 256},
+      // The benchmarked Transformer step (d_model 128, d_ff 512, 2048 tokens): QKV, FFN up and
+      // down, an output projection (forward and input gradients)
+      {2048, 128, 384},   {2048, 128, 512},   {2048, 512, 128},  {2048, 128, 128},
+      // and its weight gradients dW = dy^T x (tn): out x tokens x in.
+      {384, 2048, 128},   {512, 2048, 128},   {128, 2048, 512},
   };
   const std::vector<Op> ops = {{false, false}, {false, true}, {true, false}, {true, true}};
   for (const Shape& s : shapes)
