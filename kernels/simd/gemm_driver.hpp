@@ -274,7 +274,7 @@ struct GemmDriver {
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
-    if (M == 1 && !b_packed && flops < kMaxRowFlops) return one_row(pr);
+    if (M == 1 && flops < kMaxRowFlops) return one_row(pr);  // B itself, packed or not: the same bits
     if (flops < kMinFlopsPerThread && small(pr)) return;
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
     // No more threads than tiles; none at all inside someone else's parallel region; and none while
