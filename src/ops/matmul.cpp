@@ -3,6 +3,7 @@
 // Operands whose last two dims are a transposed view are handed to GEMM as transposes rather than
 // copied; batch dims that are laid out uniformly collapse into one strided batched GEMM; a weight
 // shared by every batch row folds the batch into M, so [B,T,C] @ [C,N] is a single GEMM.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -61,12 +62,21 @@ void gemm_over_batch(const Shape& batch, const MatrixOperand& A, const MatrixOpe
     kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0, A.ld, b0, B.ld, beta, C, ldc);
     return;
   }
-  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the last
-  // one becomes a batched GEMM, the others a loop.
+  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the
+  // longest one becomes a batched GEMM (which splits its matrices across the threads), the others
+  // a loop. Attention's heads split off the feature axis do not merge with the batch ([B,H] with
+  // strides T*3C and d): batching the 4 heads and looping over 64 sequences ran on one thread.
+  // Each matrix is computed the same way wherever it sits, so the choice changes no result; with
+  // a summed dim (C stride 0) the dims keep their order, which fixes the order of the sum.
   const int64_t* strides[] = {sa.data(), sb.data(), c_strides.data()};
-  const kernels::nd::Space s = kernels::nd::coalesce(batch.ndim(), batch.data(), 3, strides);
+  kernels::nd::Space s = kernels::nd::coalesce(batch.ndim(), batch.data(), 3, strides);
   if (s.total == 0) return;
   const int last = s.ndim - 1;
+  if (std::none_of(s.stride[2], s.stride[2] + s.ndim, [](int64_t st) { return st == 0; })) {
+    const int longest = int(std::max_element(s.shape, s.shape + s.ndim) - s.shape);
+    std::swap(s.shape[longest], s.shape[last]);
+    for (auto& op : s.stride) std::swap(op[longest], op[last]);
+  }
   const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
   kernels::nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
     const T *a = a0 + off[0], *b = b0 + off[1];
