@@ -1,0 +1,363 @@
+// SIMD scaled-dot-product attention, forward and backward (float32), fused so that the T x T
+// weights are never stored. Contracts and the scalar oracle: kernels/kernel_list.hpp,
+// kernels/ref/ref.hpp.
+//
+// Unfused, attention is a batched GEMM for the scores, a softmax, a second batched GEMM and, for
+// backward, the stored [B, H, Tq, Tk] weights: memory that grows with T^2, and at our model sizes
+// (T = 32, d = 32) a chain of small GEMM calls each too short to pay a thread fork. Here each thread
+// takes whole (b, h) heads (forward: blocks of kQueryBlock query rows of a head) and walks the keys
+// in blocks of kKeyBlock:
+//   forward:  S = scale * Q K^T + mask for the block, an online softmax update of each row's
+//             running max m and sum l (rescaling the row's partial output when m grows), O += P V;
+//             at the end O /= l and lse = m + log l is stored, B*H*Tq floats.
+//   backward: per key block, for every query block: P = exp(S - lse) recomputed, dP = dO V^T,
+//             dS = P (dP - D) with D = rowsum(dO o), then dV += P^T dO, dK += scale dS^T Q into the
+//             key block's accumulators, dQ += scale dS K into the head's.
+// Every product is a tile loop over the GEMM micro-kernel (gemm_micro.hpp; its register tile from
+// gemm_config.hpp), with the operands that it reads as B packed once per head or key block, zero
+// padded to whole vectors: K^T and V^T transposed, V, dO, Q, K row-major. Scratch is O(T d) per head
+// plus O(kQueryBlock x kKeyBlock) per thread, never O(T^2). A key block of kKeyBlock keeps a query
+// block's scores in L1/L2; at T <= kKeyBlock a row is one block and the online rescale never runs.
+// Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
+// so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
+// counter-based mask element by element (uniform_at), forward and backward.
+// Not here: the double path (the reference), a split of one head's backward across threads (a head
+// is the unit of work, so B * H = 1 runs on one thread).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/simd/common.hpp"
+#include "kernels/simd/gemm_config.hpp"
+#include "kernels/simd/gemm_micro.hpp"
+#include "kernels/simd/math.hpp"
+
+TG_SIMD_SILENCE_GCC_PR105593_BEGIN
+
+namespace tapegrad::kernels::simd {
+namespace {
+
+inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kKeyBlock = 128;
+
+// C (m x n, row stride ldc) = alpha * op(A) B + beta * C over kc >= 1, in micro-kernel tiles.
+// op(A) is A (m x kc, row stride lda) or, with AK, A^T read in place (A stored kc x m, row stride
+// lda). B is k-major (kc x n, row stride ldb) and readable up to n rounded up to whole vectors.
+template <class Arch, bool AK>
+void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
+  using Tile = gemm_detail::MicroTile<Arch, float>;
+  static constexpr gemm_detail::MicroKernelTable<Arch, float, Tile::MR, Tile::NV, AK> table;
+  if (m <= 0 || n <= 0 || kc <= 0) return;
+  for (int64_t j = 0; j < n; j += Tile::NR) {
+    const int n_valid = int(std::min<int64_t>(Tile::NR, n - j));
+    const auto fn = table.fn[(n_valid + Tile::W - 1) / Tile::W - 1];
+    for (int64_t i = 0; i < m; i += Tile::MR) {
+      const int rows = int(std::min<int64_t>(Tile::MR, m - i));
+      fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid);
+    }
+  }
+}
+
+// rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
+// zero padded from cols to ld.
+inline void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * ld, src + r * stride, sizeof(float) * size_t(cols));
+    std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.0f);
+  }
+}
+
+// The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
+// from rows to ld.
+inline void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld,
+                            float* dst) {
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * stride + c];
+}
+
+// y[0, n) += x[0, n) (a gradient accumulator into the caller's buffer).
+template <class Arch>
+TG_INLINE void add_row(int64_t n, const float* x, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  int64_t c = 0;
+  for (; c + W <= n; c += W) (B::load_unaligned(y + c) + B::load_unaligned(x + c)).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] += x[c];
+}
+
+// The keys of block [j0, j0 + n) that query row i sees: the first `active` of them.
+inline int64_t active_keys(const AttentionLayout& l, int64_t i, int64_t j0, int64_t n) {
+  if (!l.causal) return n;
+  return std::clamp<int64_t>(i + (l.Tk - l.Tq) + 1 - j0, 0, n);
+}
+
+// The last key (exclusive) any of query rows [i0, i1) sees.
+inline int64_t key_end(const AttentionLayout& l, int64_t i1) {
+  if (!l.causal) return l.Tk;
+  return std::clamp<int64_t>(i1 - 1 + (l.Tk - l.Tq) + 1, 0, l.Tk);
+}
+
+// s[0, n) += mask[0, n), returns max(s[0, n)) (-inf for n == 0).
+template <class Arch>
+TG_INLINE float mask_max(int64_t n, const float* mask, float* s) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B m0(-kInf), m1(-kInf);
+  int64_t c = 0;
+  if (mask) {
+    for (; c + W <= n; c += W) {
+      const B v = B::load_unaligned(s + c) + B::load_unaligned(mask + c);
+      v.store_unaligned(s + c);
+      m0 = xsimd::max(m0, v);
+    }
+    if (c < n) {
+      const B v = load_tail<Arch>(s + c, n - c, -kInf) + load_tail<Arch>(mask + c, n - c, 0.0f);
+      store_tail<Arch>(s + c, n - c, v);
+      m1 = v;
+    }
+  } else {
+    for (; c + W <= n; c += W) m0 = xsimd::max(m0, B::load_unaligned(s + c));
+    if (c < n) m1 = load_tail<Arch>(s + c, n - c, -kInf);
+  }
+  return hmax<Arch>(xsimd::max(m0, m1));
+}
+
+// s[c] = exp(s[c] - shift) for c < n, returns their sum.
+template <class Arch>
+TG_INLINE float exp_sum(int64_t n, float shift, float* s) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B sh(shift);
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    const B e0 = exp_nonpositive<Arch>(B::load_unaligned(s + c) - sh);
+    const B e1 = exp_nonpositive<Arch>(B::load_unaligned(s + c + W) - sh);
+    e0.store_unaligned(s + c);
+    e1.store_unaligned(s + c + W);
+    a0 += e0;
+    a1 += e1;
+  }
+  for (; c < n; c += W) {
+    const int64_t m = std::min<int64_t>(W, n - c);
+    const B e = exp_nonpositive<Arch>(load_tail<Arch>(s + c, m, -kInf) - sh);  // padding -> 0
+    store_tail<Arch>(s + c, m, e);
+    a0 += e;
+  }
+  return hsum<Arch>(a0 + a1);
+}
+
+// Weights w[c] of row i (key j0 + c) times their dropout factor (0 or 1 / (1 - p)).
+inline void apply_dropout(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                          float* w) {
+  const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
+  const float keep = float(1.0 / (1.0 - l.dropout));
+  for (int64_t c = 0; c < n; ++c)
+    w[c] = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? w[c] * keep : 0.0f;
+}
+
+template <class Arch>
+void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v, float* o,
+                      float* lse) {
+  constexpr int64_t W = Batch<Arch>::size;
+  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || l.dv <= 0) return;
+  const int64_t heads = l.B * l.H, qblocks = (l.Tq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t dvp = gemm_detail::round_up(l.dv, W), kb = std::min(kKeyBlock, std::max<int64_t>(l.Tk, 1));
+  const int64_t kbp = gemm_detail::round_up(kb, W);
+  const float scale = float(l.scale);
+  const float* mask_base = static_cast<const float*>(l.mask);
+  const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
+  parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
+    Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(kb * dvp), s(kQueryBlock * kbp), acc(kQueryBlock * dvp),
+        mrow(kQueryBlock), lrow(kQueryBlock);
+    for (int64_t item = item0; item < item1; ++item) {
+      const int64_t bh = item / qblocks, b = bh / l.H, h = bh % l.H;
+      const int64_t i0 = (item % qblocks) * kQueryBlock, rows = std::min(kQueryBlock, l.Tq - i0);
+      const float* qb = q + b * l.q.b + h * l.q.h + i0 * l.q.t;
+      const float* kh = k + b * l.k.b + h * l.k.h;
+      const float* vh = v + b * l.v.b + h * l.v.h;
+      std::fill(mrow.p, mrow.p + rows, -kInf);
+      std::fill(lrow.p, lrow.p + rows, 0.0f);
+      const int64_t jend = key_end(l, i0 + rows);
+      for (int64_t j0 = 0; j0 < jend; j0 += kb) {
+        const int64_t n = std::min(kb, jend - j0);
+        // S = scale * Q K^T for this block (K^T packed: the micro-kernel's B)
+        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
+        if (l.dk > 0)
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, kt.p, kbp, 0.0f, s.p, kbp);
+        else
+          for (int64_t r = 0; r < rows; ++r) std::fill(s.p + r * kbp, s.p + r * kbp + n, 0.0f);
+        // Online softmax: row r's running max m and sum l; its partial output rescaled when m grows.
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
+          float* sr = s.p + r * kbp;
+          const float* mr =
+              mask_base ? mask_base + b * l.mask_strides.b + h * l.mask_strides.h + i * l.mask_strides.t + j0
+                        : nullptr;
+          const float m_new = std::max(mrow.p[r], mask_max<Arch>(active, mr, sr));
+          if (m_new == -kInf) {  // nothing seen yet: the row contributes zeros
+            std::fill(sr, sr + n, 0.0f);
+            continue;
+          }
+          const float sum = exp_sum<Arch>(active, m_new, sr);
+          std::fill(sr + active, sr + n, 0.0f);
+          const float rescale = std::exp(mrow.p[r] - m_new);  // 0 on the row's first keys
+          if (j0 > 0 && rescale != 1.0f)
+            for (int64_t d = 0; d < dvp; ++d) acc.p[r * dvp + d] *= rescale;
+          lrow.p[r] = lrow.p[r] * rescale + sum;
+          mrow.p[r] = m_new;
+          if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
+        }
+        // O += P V (V read in place when its rows are whole vectors, else packed)
+        const float* vb = vh + j0 * l.v.t;
+        int64_t ldv = l.v.t;
+        if (l.dv % W != 0) {
+          pack_rows(n, l.dv, vb, l.v.t, dvp, vp.p);
+          vb = vp.p, ldv = dvp;
+        }
+        tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = o + b * l.o.b + h * l.o.h + (i0 + r) * l.o.t;
+        float& row_lse = lse[bh * l.Tq + i0 + r];
+        if (lrow.p[r] == 0.0f || jend == 0) {  // no key seen: zeros, as softmax defines such a row
+          std::fill(orow, orow + l.dv, 0.0f);
+          row_lse = kInf;
+          continue;
+        }
+        const float inv = 1.0f / lrow.p[r];
+        for (int64_t d = 0; d < l.dv; ++d) orow[d] = acc.p[r * dvp + d] * inv;
+        row_lse = mrow.p[r] + std::log(lrow.p[r]);
+      }
+    }
+  });
+}
+
+// One (query block, key block) tile of the backward, in place: p holds s = scale * Q K^T and
+// becomes the weights P (dropout applied), ds holds dP = dO V^T and becomes dS = w (drop'(dP) - D).
+template <class Arch>
+void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                             int64_t j0, int64_t n, int64_t kbp, const float* lse, const float* D, float* p,
+                             float* ds) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const float* mask_base = static_cast<const float*>(l.mask);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
+    float *pr = p + r * kbp, *dr = ds + r * kbp;
+    const float row_lse = lse[i];
+    if (row_lse == kInf || active == 0) {  // a row of zeros, or keys it does not see: no gradient
+      std::fill(pr, pr + n, 0.0f);
+      std::fill(dr, dr + n, 0.0f);
+      continue;
+    }
+    const float* mr =
+        mask_base ? mask_base + b * l.mask_strides.b + h * l.mask_strides.h + i * l.mask_strides.t + j0
+                  : nullptr;
+    const B sh(row_lse), dd(D[i]);
+    const bool dropout = l.dropout > 0;
+    for (int64_t c = 0; c < active; c += W) {
+      const int64_t m = std::min<int64_t>(W, active - c);
+      B sv = load_tail<Arch>(pr + c, m, -kInf);
+      if (mr) sv += load_tail<Arch>(mr + c, m, 0.0f);
+      const B w = exp_nonpositive<Arch>(xsimd::min(sv - sh, B(0.0f)));  // s <= lse up to rounding
+      store_tail<Arch>(pr + c, m, w);
+      if (!dropout) store_tail<Arch>(dr + c, m, w * (load_tail<Arch>(dr + c, m, 0.0f) - dd));
+    }
+    if (dropout) {
+      const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
+      const float keep = float(1.0 / (1.0 - l.dropout));
+      for (int64_t c = 0; c < active; ++c) {
+        const float f = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? keep : 0.0f;
+        dr[c] = pr[c] * (f * dr[c] - D[i]);
+        pr[c] *= f;
+      }
+    }
+    std::fill(pr + active, pr + n, 0.0f);
+    std::fill(dr + active, dr + n, 0.0f);
+  }
+}
+
+template <class Arch>
+void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v,
+                       const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  constexpr int64_t W = Batch<Arch>::size;
+  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || l.Tk <= 0 || (!dq && !dk && !dv)) return;
+  const int64_t heads = l.B * l.H, dkp = gemm_detail::round_up(std::max<int64_t>(l.dk, 1), W);
+  const int64_t dvp = gemm_detail::round_up(std::max<int64_t>(l.dv, 1), W);
+  const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = gemm_detail::round_up(kb, W);
+  const int64_t qb = std::min(kQueryBlock, l.Tq);
+  const float scale = float(l.scale);
+  const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
+  parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
+    // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
+    // dV's accumulators. Per tile: P and dS.
+    Scratch qp(l.Tq * dkp), kp(l.Tk * dkp), dop(l.Tq * dvp), dqacc(l.Tq * dkp), D(l.Tq);
+    Scratch kt(dkp * kbp), vt(dvp * kbp), dkacc(kb * dkp), dvacc(kb * dvp), p(qb * kbp), ds(qb * kbp);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / l.H, h = bh % l.H;
+      const float* qh = q + b * l.q.b + h * l.q.h;
+      const float* kh = k + b * l.k.b + h * l.k.h;
+      const float* vh = v + b * l.v.b + h * l.v.h;
+      const float* oh = o + b * l.o.b + h * l.o.h;
+      const float* doh = dout + b * l.o.b + h * l.o.h;
+      const float* lse_h = lse + bh * l.Tq;
+      pack_rows(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
+      pack_rows(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
+      pack_rows(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+      for (int64_t i = 0; i < l.Tq; ++i) {  // D_i = dO_i . o_i
+        float dot = 0;
+        for (int64_t d = 0; d < l.dv; ++d) dot += doh[i * l.o.t + d] * oh[i * l.o.t + d];
+        D.p[i] = dot;
+      }
+      std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
+      for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
+        const int64_t n = std::min(kb, l.Tk - j0);
+        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
+        pack_transposed(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt.p);
+        bool first = true;  // the block's dK, dV accumulators are written by the first tile
+        for (int64_t i0 = 0; i0 < l.Tq; i0 += qb) {
+          const int64_t rows = std::min(qb, l.Tq - i0);
+          if (key_end(l, i0 + rows) <= j0) continue;  // causal: no row of the block sees these keys
+          // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
+          if (l.dk == 0) std::fill(p.p, p.p + rows * kbp, 0.0f);
+          if (l.dv == 0) std::fill(ds.p, ds.p + rows * kbp, 0.0f);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qp.p + i0 * dkp, dkp, kt.p, kbp, 0.0f, p.p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dop.p + i0 * dvp, dvp, vt.p, kbp, 0.0f, ds.p, kbp);
+          weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D.p, p.p, ds.p);
+          const float beta = first ? 0.0f : 1.0f;
+          if (dv)
+            tile_gemm<Arch, true>(n, dvp, rows, 1.0f, p.p, kbp, dop.p + i0 * dvp, dvp, beta, dvacc.p, dvp);
+          if (dk)
+            tile_gemm<Arch, true>(n, dkp, rows, scale, ds.p, kbp, qp.p + i0 * dkp, dkp, beta, dkacc.p, dkp);
+          if (dq)
+            tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kp.p + j0 * dkp, dkp, 1.0f,
+                                   dqacc.p + i0 * dkp, dkp);
+          first = false;
+        }
+        if (first) continue;  // causal: keys no query sees have no gradient
+        for (int64_t j = 0; j < n; ++j) {
+          if (dv) add_row<Arch>(l.dv, dvacc.p + j * dvp, dv + b * l.dv_.b + h * l.dv_.h + (j0 + j) * l.dv_.t);
+          if (dk) add_row<Arch>(l.dk, dkacc.p + j * dkp, dk + b * l.dk_.b + h * l.dk_.h + (j0 + j) * l.dk_.t);
+        }
+      }
+      if (dq)
+        for (int64_t i = 0; i < l.Tq; ++i)
+          add_row<Arch>(l.dk, dqacc.p + i * dkp, dq + b * l.dq.b + h * l.dq.h + i * l.dq.t);
+    }
+  });
+}
+
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(sdpa_forward, sdpa_forward_f32)
+TG_SIMD_KERNEL(sdpa_backward, sdpa_backward_f32)
+
+}  // namespace
+}  // namespace tapegrad::kernels::simd
+
+TG_SIMD_SILENCE_GCC_PR105593_END
