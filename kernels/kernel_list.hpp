@@ -151,11 +151,11 @@ TG_KERNEL(void, sdpa_forward, (const AttentionLayout& l, const T* q, const T* k,
 // Its backward for dout (o's layout), recomputing w from lse, with D_i = dout_i . o_i:
 //   dv_j += sum_i drop(w_ij) dout_i;  ds_ij = w_ij (drop'(dout_i . v_j) - D_i);
 //   dq_i += scale sum_j ds_ij k_j;  dk_j += scale sum_i ds_ij q_i
-// Accumulates into dq, dk, dv (each may be null to skip). Each (b, h) is one thread's, so no result
-// depends on the thread count.
+// dq, dk, dv are each written or added to as its GradOutput says, or skipped when null. Each (b, h)
+// is one thread's, so no result depends on the thread count.
 TG_KERNEL(void, sdpa_backward,
-          (const AttentionLayout& l, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
-           T* dq, T* dk, T* dv),
+          (const AttentionLayout& l, const T* q, const T* k, const T* v, const T* o, const T* lse,
+           const T* dout, GradOutput<T> dq, GradOutput<T> dk, GradOutput<T> dv),
           (l, q, k, v, o, lse, dout, dq, dk, dv))
 
 // ---------------------------------------------------------------------------------------------

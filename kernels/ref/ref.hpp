@@ -479,9 +479,22 @@ void sdpa_forward(const AttentionLayout& l, const T* q, const T* k, const T* v, 
       }
 }
 
+// Zeroes the [B, H, T, d] gradient g (layout s) if it is to be overwritten, so it can be added to.
+template <class T>
+void attention_grad_start(const AttentionLayout& l, GradOutput<T> g, const AttentionStrides& s, int64_t T_, int64_t d) {
+  if (!g.data || !g.overwrite) return;
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t h = 0; h < l.H; ++h)
+      for (int64_t t = 0; t < T_; ++t) std::fill_n(g.data + attention_row(s, b, h, t), d, T(0));
+}
+
 template <class T>
 void sdpa_backward(const AttentionLayout& l, const T* q, const T* k, const T* v, const T* o, const T* lse,
-                   const T* dout, T* dq, T* dk, T* dv) {
+                   const T* dout, GradOutput<T> dq_out, GradOutput<T> dk_out, GradOutput<T> dv_out) {
+  attention_grad_start(l, dq_out, l.dq, l.Tq, l.dk);
+  attention_grad_start(l, dk_out, l.dk_, l.Tk, l.dk);
+  attention_grad_start(l, dv_out, l.dv_, l.Tk, l.dv);
+  T *dq = dq_out.data, *dk = dk_out.data, *dv = dv_out.data;
   std::vector<T> s(size_t(std::max<int64_t>(l.Tk, 1)));
   for (int64_t b = 0; b < l.B; ++b)
     for (int64_t h = 0; h < l.H; ++h)

@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/simd/common.hpp"
 #include "kernels/simd/gemm_config.hpp"
@@ -46,10 +47,21 @@ inline constexpr int64_t kKeyBlock = 128;
 // C (m x n, row stride ldc) = alpha * op(A) B + beta * C over kc >= 1, in micro-kernel tiles.
 // op(A) is A (m x kc, row stride lda) or, with AK, A^T read in place (A stored kc x m, row stride
 // lda). B is k-major (kc x n, row stride ldb) and readable up to n rounded up to whole vectors.
+// The register tile: 4 x 2 vectors (8 accumulators, enough for two FMA pipes at 4 cycles) where the
+// GEMM's 6-row tile would leave a 2-row remainder in every 32-row block (T = 32 and head size 32 are
+// our models' sizes); on AVX-512 8 x 2 (16 accumulators), the GEMM's narrow tile.
+template <class Arch>
+struct AttentionTile {
+  static constexpr int W = int(Batch<Arch>::size);
+  static constexpr int MR = std::is_base_of_v<xsimd::avx512f, Arch> ? 8 : 4;
+  static constexpr int NV = 2;
+  static constexpr int NR = NV * W;
+};
+
 template <class Arch, bool AK>
 void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
                int64_t ldb, float beta, float* c, int64_t ldc) {
-  using Tile = gemm_detail::MicroTile<Arch, float>;
+  using Tile = AttentionTile<Arch>;
   static constexpr gemm_detail::MicroKernelTable<Arch, float, Tile::MR, Tile::NV, AK> table;
   if (m <= 0 || n <= 0 || kc <= 0) return;
   for (int64_t j = 0; j < n; j += Tile::NR) {
@@ -72,22 +84,69 @@ inline void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stri
 }
 
 // The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
-// from rows to ld.
+// from rows to ld. With AVX, 8 x 8 blocks are transposed in registers (a scalar transpose of K and V
+// was a fifth of the backward at T = 32); the edges are scalar.
 inline void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld,
                             float* dst) {
   for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
+  int64_t r0 = 0;
+#if defined(__AVX__)
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      __m256 x[8], t[8];
+      for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(src + (r0 + i) * stride + c0);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        x[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        x[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        x[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        x[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (c0 + i) * ld + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (c0 + i + 4) * ld + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x31));
+      }
+    }
+    for (int64_t r = r0; r < r0 + 8; ++r)
+      for (int64_t c = c0; c < cols; ++c) dst[c * ld + r] = src[r * stride + c];
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * stride + c];
 }
 
-// y[0, n) += x[0, n) (a gradient accumulator into the caller's buffer).
+// y[0, n) = x[0, n), or += when the gradient y already holds one (x null: zeros).
 template <class Arch>
-TG_INLINE void add_row(int64_t n, const float* x, float* y) {
+TG_INLINE void put_row(int64_t n, const float* x, float* y, bool overwrite) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
+  if (!x) {
+    if (overwrite) std::fill(y, y + n, 0.0f);
+    return;
+  }
+  if (overwrite) {
+    std::memcpy(y, x, sizeof(float) * size_t(n));
+    return;
+  }
   int64_t c = 0;
   for (; c + W <= n; c += W) (B::load_unaligned(y + c) + B::load_unaligned(x + c)).store_unaligned(y + c);
   for (; c < n; ++c) y[c] += x[c];
+}
+
+// x . y over n floats.
+template <class Arch>
+TG_INLINE float dot(int64_t n, const float* x, const float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) a0 = xsimd::fma(B::load_unaligned(x + c), B::load_unaligned(y + c), a0);
+  if (c < n) a1 = load_tail<Arch>(x + c, n - c, 0.0f) * load_tail<Arch>(y + c, n - c, 0.0f);
+  return hsum<Arch>(a0 + a1);
 }
 
 // The keys of block [j0, j0 + n) that query row i sees: the first `active` of them.
@@ -261,13 +320,26 @@ void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int
                   : nullptr;
     const B sh(row_lse), dd(D[i]);
     const bool dropout = l.dropout > 0;
-    for (int64_t c = 0; c < active; c += W) {
-      const int64_t m = std::min<int64_t>(W, active - c);
-      B sv = load_tail<Arch>(pr + c, m, -kInf);
-      if (mr) sv += load_tail<Arch>(mr + c, m, 0.0f);
-      const B w = exp_nonpositive<Arch>(xsimd::min(sv - sh, B(0.0f)));  // s <= lse up to rounding
+    // w = exp(s + mask - lse) (s <= lse up to rounding), ds = w (dp - D); the tail padded.
+    auto step = [&](const B& s_in, const B& mask_v, const B& dp, B& w, B& g) {
+      w = exp_nonpositive<Arch>(xsimd::min(s_in + mask_v - sh, B(0.0f)));
+      g = w * (dp - dd);
+    };
+    int64_t c = 0;
+    for (; c + W <= active; c += W) {
+      B w, g;
+      step(B::load_unaligned(pr + c), mr ? B::load_unaligned(mr + c) : B(0.0f), B::load_unaligned(dr + c), w,
+           g);
+      w.store_unaligned(pr + c);
+      if (!dropout) g.store_unaligned(dr + c);
+    }
+    if (c < active) {
+      const int64_t m = active - c;
+      B w, g;
+      step(load_tail<Arch>(pr + c, m, -kInf), mr ? load_tail<Arch>(mr + c, m, 0.0f) : B(0.0f),
+           load_tail<Arch>(dr + c, m, 0.0f), w, g);
       store_tail<Arch>(pr + c, m, w);
-      if (!dropout) store_tail<Arch>(dr + c, m, w * (load_tail<Arch>(dr + c, m, 0.0f) - dd));
+      if (!dropout) store_tail<Arch>(dr + c, m, g);
     }
     if (dropout) {
       const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
@@ -285,9 +357,18 @@ void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int
 
 template <class Arch>
 void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v,
-                       const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+                       const float* o, const float* lse, const float* dout, GradOutput<float> dq_out,
+                       GradOutput<float> dk_out, GradOutput<float> dv_out) {
   constexpr int64_t W = Batch<Arch>::size;
-  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || l.Tk <= 0 || (!dq && !dk && !dv)) return;
+  float *dq = dq_out.data, *dk = dk_out.data, *dv = dv_out.data;
+  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || (!dq && !dk && !dv)) return;
+  if (l.Tk <= 0) {  // no keys: dq is zero (dk, dv are empty)
+    for (int64_t bh = 0; dq && bh < l.B * l.H; ++bh)
+      for (int64_t i = 0; i < l.Tq; ++i)
+        put_row<Arch>(l.dk, nullptr, dq + (bh / l.H) * l.dq.b + (bh % l.H) * l.dq.h + i * l.dq.t,
+                      dq_out.overwrite);
+    return;
+  }
   const int64_t heads = l.B * l.H, dkp = gemm_detail::round_up(std::max<int64_t>(l.dk, 1), W);
   const int64_t dvp = gemm_detail::round_up(std::max<int64_t>(l.dv, 1), W);
   const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = gemm_detail::round_up(kb, W);
@@ -310,11 +391,8 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       pack_rows(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
       pack_rows(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
       pack_rows(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
-      for (int64_t i = 0; i < l.Tq; ++i) {  // D_i = dO_i . o_i
-        float dot = 0;
-        for (int64_t d = 0; d < l.dv; ++d) dot += doh[i * l.o.t + d] * oh[i * l.o.t + d];
-        D.p[i] = dot;
-      }
+      for (int64_t i = 0; i < l.Tq; ++i)
+        D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
       std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
       for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
         const int64_t n = std::min(kb, l.Tk - j0);
@@ -340,15 +418,19 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
                                    dqacc.p + i0 * dkp, dkp);
           first = false;
         }
-        if (first) continue;  // causal: keys no query sees have no gradient
+        // (first still set: causal, no query sees these keys, so their gradients are zero)
         for (int64_t j = 0; j < n; ++j) {
-          if (dv) add_row<Arch>(l.dv, dvacc.p + j * dvp, dv + b * l.dv_.b + h * l.dv_.h + (j0 + j) * l.dv_.t);
-          if (dk) add_row<Arch>(l.dk, dkacc.p + j * dkp, dk + b * l.dk_.b + h * l.dk_.h + (j0 + j) * l.dk_.t);
+          if (dv)
+            put_row<Arch>(l.dv, first ? nullptr : dvacc.p + j * dvp,
+                          dv + b * l.dv_.b + h * l.dv_.h + (j0 + j) * l.dv_.t, dv_out.overwrite);
+          if (dk)
+            put_row<Arch>(l.dk, first ? nullptr : dkacc.p + j * dkp,
+                          dk + b * l.dk_.b + h * l.dk_.h + (j0 + j) * l.dk_.t, dk_out.overwrite);
         }
       }
       if (dq)
         for (int64_t i = 0; i < l.Tq; ++i)
-          add_row<Arch>(l.dk, dqacc.p + i * dkp, dq + b * l.dq.b + h * l.dq.h + i * l.dq.t);
+          put_row<Arch>(l.dk, dqacc.p + i * dkp, dq + b * l.dq.b + h * l.dq.h + i * l.dq.t, dq_out.overwrite);
     }
   });
 }

@@ -90,18 +90,24 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
              // w = softmax(s), s = scale q k^T + mask; do -> dv = w^T do, ds = w (do v^T - rowsum(do o)),
              // dq = scale ds k, dk = scale ds^T q (dropout on w as in forward)
              kernels::AttentionLayout g = l;
-             auto buffer = [](const Tensor& x, kernels::AttentionStrides& s) {
-               if (!x.requires_grad()) return Tensor();
-               Tensor d = grad_buffer_zeroed(x);  // the kernel accumulates
-               s = heads_inner(d);
+             struct Grad {
+               Tensor buffer;
+               bool fresh = false;
+             };
+             auto grad = [](const Tensor& x, kernels::AttentionStrides& s) {
+               Grad d;
+               if (!x.requires_grad()) return d;
+               d.buffer = grad_buffer(x, &d.fresh);  // the kernel writes a fresh buffer, adds to an old one
+               s = heads_inner(d.buffer);
                return d;
              };
-             const Tensor dq = buffer(q_in, g.dq), dk = buffer(k_in, g.dk_), dv = buffer(v_in, g.dv_);
+             const Grad dq = grad(q_in, g.dq), dk = grad(k_in, g.dk_), dv = grad(v_in, g.dv_);
              visit_float(dy.dtype(), "backward", [&]<class T>() {
+               auto out = [](const Grad& d) {
+                 return kernels::GradOutput<T>{d.buffer.defined() ? d.buffer.data<T>() : nullptr, d.fresh};
+               };
                kernels::sdpa_backward<T>(g, q.data<T>(), k.data<T>(), v.data<T>(), o.data<T>(), lse.data<T>(),
-                                         dy.data<T>(), dq.defined() ? dq.data<T>() : nullptr,
-                                         dk.defined() ? dk.data<T>() : nullptr,
-                                         dv.defined() ? dv.data<T>() : nullptr);
+                                         dy.data<T>(), out(dq), out(dk), out(dv));
              });
            });
   }

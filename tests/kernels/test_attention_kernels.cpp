@@ -106,33 +106,48 @@ struct Result {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
-// The kernels on the active ISA, in float.
-Result run_float(const Problem& p) {
+// The kernels on the active ISA, in float. Gradients are added to buffers holding 0.5, or written
+// (GradOutput::overwrite) into buffers holding NaN, which must then never be read.
+Result run_float(const Problem& p, bool overwrite = false) {
+  const float init = overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.5f;
   Result r;
   r.o.assign(size_t(p.B * p.l.o.b), 0.0f), r.lse.assign(size_t(p.B * p.H * p.Tq), 0.0f);
-  r.dq.assign(size_t(p.B * p.l.dq.b), 0.5f), r.dk.assign(size_t(p.B * p.l.dk_.b), 0.5f);  // accumulated into
-  r.dv.assign(size_t(p.B * p.l.dv_.b), 0.5f);
+  r.dq.assign(size_t(p.B * p.l.dq.b), init), r.dk.assign(size_t(p.B * p.l.dk_.b), init);
+  r.dv.assign(size_t(p.B * p.l.dv_.b), init);
   k::sdpa_forward<float>(p.l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data());
   k::sdpa_backward<float>(p.l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data(), p.dout.data(),
-                          r.dq.data(), r.dk.data(), r.dv.data());
+                          {r.dq.data(), overwrite}, {r.dk.data(), overwrite}, {r.dv.data(), overwrite});
   return r;
 }
 
-// The reference in double on the same values, as float.
-Result run_reference(const Problem& p) {
+// The reference in double on the same values, as float; gradients written (offset 0) or, with
+// offset 0.5, as added to buffers holding 0.5.
+struct Reference {
+  std::vector<double> o, lse, dq, dk, dv;
+  Result as_float(double offset) const {
+    auto narrow = [&](const std::vector<double>& x, double add) {
+      std::vector<float> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = float(x[i] + add);
+      return y;
+    };
+    return {narrow(o, 0), narrow(lse, 0), narrow(dq, offset), narrow(dk, offset), narrow(dv, offset)};
+  }
+};
+
+Reference run_reference(const Problem& p) {
   auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   const std::vector<double> q = wide(p.q), kk = wide(p.kk), v = wide(p.v), mask = wide(p.mask),
                             dout = wide(p.dout);
   k::AttentionLayout l = p.l;
   l.mask = mask.empty() ? nullptr : mask.data();
-  std::vector<double> o(size_t(p.B * l.o.b), 0.0), lse(size_t(p.B * p.H * p.Tq));
-  std::vector<double> dq(size_t(p.B * l.dq.b), 0.5), dk(size_t(p.B * l.dk_.b), 0.5),
-      dv(size_t(p.B * l.dv_.b), 0.5);
-  k::ref::sdpa_forward<double>(l, q.data(), kk.data(), v.data(), o.data(), lse.data());
-  k::ref::sdpa_backward<double>(l, q.data(), kk.data(), v.data(), o.data(), lse.data(), dout.data(),
-                                dq.data(), dk.data(), dv.data());
-  auto narrow = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
-  return {narrow(o), narrow(lse), narrow(dq), narrow(dk), narrow(dv)};
+  Reference r;
+  r.o.assign(size_t(p.B * l.o.b), 0.0), r.lse.assign(size_t(p.B * p.H * p.Tq), 0.0);
+  r.dq.assign(size_t(p.B * l.dq.b), 0.0), r.dk.assign(size_t(p.B * l.dk_.b), 0.0);
+  r.dv.assign(size_t(p.B * l.dv_.b), 0.0);
+  k::ref::sdpa_forward<double>(l, q.data(), kk.data(), v.data(), r.o.data(), r.lse.data());
+  k::ref::sdpa_backward<double>(l, q.data(), kk.data(), v.data(), r.o.data(), r.lse.data(), dout.data(),
+                                {r.dq.data(), false}, {r.dk.data(), false}, {r.dv.data(), false});
+  return r;
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want, int64_t n,
@@ -179,14 +194,16 @@ TEST_CASE("sdpa_forward and sdpa_backward match the reference on every ISA, bitw
           const int64_t dv = d == 8 ? 17 : d;  // one value width that is not the key width
           const Problem p(Tq, Tk, d, dv, m, seed++);
           CAPTURE(Tq, Tk, d, dv, masking_name(m));
-          const Result want = run_reference(p);
+          const Reference reference = run_reference(p);
+          const Result want = reference.as_float(0.5), want_written = reference.as_float(0.0);
           const int64_t n = Tq + Tk + d + dv;
           for (k::Isa isa : k::available_isas()) {
             CAPTURE(k::isa_name(isa));
-            Result one, two;
+            Result one, two, written;
             {
               Config cfg(isa, 1);
               one = run_float(p);
+              written = run_float(p, true);
             }
             {
               Config cfg(isa, 2);
@@ -197,6 +214,9 @@ TEST_CASE("sdpa_forward and sdpa_backward match the reference on every ISA, bitw
             check_close(one.dq, want.dq, n, "dq");
             check_close(one.dk, want.dk, n, "dk");
             check_close(one.dv, want.dv, n, "dv");
+            check_close(written.dq, want_written.dq, n, "dq written");
+            check_close(written.dk, want_written.dk, n, "dk written");
+            check_close(written.dv, want_written.dv, n, "dv written");
             check_equal(one.o, two.o, "o, 1 vs 2 threads");
             check_equal(one.dq, two.dq, "dq, 1 vs 2 threads");
             check_equal(one.dk, two.dk, "dk, 1 vs 2 threads");
