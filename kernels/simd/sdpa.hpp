@@ -128,13 +128,25 @@ TG_INLINE void put_row(int64_t n, const float* x, float* y, bool overwrite) {
     if (overwrite) std::fill(y, y + n, 0.0f);
     return;
   }
+  int64_t c = 0;  // (rows are short: a library memcpy call cost more than the copy)
   if (overwrite) {
-    std::memcpy(y, x, sizeof(float) * size_t(n));
+    for (; c + W <= n; c += W) B::load_unaligned(x + c).store_unaligned(y + c);
+    for (; c < n; ++c) y[c] = x[c];
     return;
   }
-  int64_t c = 0;
   for (; c + W <= n; c += W) (B::load_unaligned(y + c) + B::load_unaligned(x + c)).store_unaligned(y + c);
   for (; c < n; ++c) y[c] += x[c];
+}
+
+// y[0, n) = k x[0, n) (x may be y).
+template <class Arch>
+TG_INLINE void scale_row(int64_t n, const float* x, float k, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B kb(k);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) (B::load_unaligned(x + c) * kb).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] = x[c] * k;
 }
 
 // x . y over n floats.
@@ -266,8 +278,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           const float sum = exp_sum<Arch>(active, m_new, sr);
           std::fill(sr + active, sr + n, 0.0f);
           const float rescale = std::exp(mrow.p[r] - m_new);  // 0 on the row's first keys
-          if (j0 > 0 && rescale != 1.0f)
-            for (int64_t d = 0; d < dvp; ++d) acc.p[r * dvp + d] *= rescale;
+          if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc.p + r * dvp, rescale, acc.p + r * dvp);
           lrow.p[r] = lrow.p[r] * rescale + sum;
           mrow.p[r] = m_new;
           if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
@@ -289,8 +300,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           row_lse = kInf;
           continue;
         }
-        const float inv = 1.0f / lrow.p[r];
-        for (int64_t d = 0; d < l.dv; ++d) orow[d] = acc.p[r * dvp + d] * inv;
+        scale_row<Arch>(l.dv, acc.p + r * dvp, 1.0f / lrow.p[r], orow);
         row_lse = mrow.p[r] + std::log(lrow.p[r]);
       }
     }
@@ -388,9 +398,21 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* oh = o + b * l.o.b + h * l.o.h;
       const float* doh = dout + b * l.o.b + h * l.o.h;
       const float* lse_h = lse + bh * l.Tq;
-      pack_rows(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
-      pack_rows(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
-      pack_rows(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+      // Q, K, dO as the micro-kernel's B: in place when their rows are whole vectors, else packed.
+      auto rows_of = [](int64_t T, int64_t d, const float* x, int64_t stride, int64_t ld, float* buf,
+                        int64_t& ld_out) {
+        if (d % W == 0) {
+          ld_out = stride;
+          return x;
+        }
+        pack_rows(T, d, x, stride, ld, buf);
+        ld_out = ld;
+        return static_cast<const float*>(buf);
+      };
+      int64_t ldq, ldk, ldo;
+      const float* qr = rows_of(l.Tq, l.dk, qh, l.q.t, dkp, qp.p, ldq);
+      const float* kr = rows_of(l.Tk, l.dk, kh, l.k.t, dkp, kp.p, ldk);
+      const float* dor = rows_of(l.Tq, l.dv, doh, l.o.t, dvp, dop.p, ldo);
       for (int64_t i = 0; i < l.Tq; ++i)
         D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
       std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
@@ -405,16 +427,16 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
           // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
           if (l.dk == 0) std::fill(p.p, p.p + rows * kbp, 0.0f);
           if (l.dv == 0) std::fill(ds.p, ds.p + rows * kbp, 0.0f);
-          tile_gemm<Arch, false>(rows, n, l.dk, scale, qp.p + i0 * dkp, dkp, kt.p, kbp, 0.0f, p.p, kbp);
-          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dop.p + i0 * dvp, dvp, vt.p, kbp, 0.0f, ds.p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt.p, kbp, 0.0f, p.p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt.p, kbp, 0.0f, ds.p, kbp);
           weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D.p, p.p, ds.p);
           const float beta = first ? 0.0f : 1.0f;
           if (dv)
-            tile_gemm<Arch, true>(n, dvp, rows, 1.0f, p.p, kbp, dop.p + i0 * dvp, dvp, beta, dvacc.p, dvp);
+            tile_gemm<Arch, true>(n, dvp, rows, 1.0f, p.p, kbp, dor + i0 * ldo, ldo, beta, dvacc.p, dvp);
           if (dk)
-            tile_gemm<Arch, true>(n, dkp, rows, scale, ds.p, kbp, qp.p + i0 * dkp, dkp, beta, dkacc.p, dkp);
+            tile_gemm<Arch, true>(n, dkp, rows, scale, ds.p, kbp, qr + i0 * ldq, ldq, beta, dkacc.p, dkp);
           if (dq)
-            tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kp.p + j0 * dkp, dkp, 1.0f,
+            tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, 1.0f,
                                    dqacc.p + i0 * dkp, dkp);
           first = false;
         }
