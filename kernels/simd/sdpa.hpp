@@ -44,26 +44,23 @@ namespace {
 inline constexpr int64_t kQueryBlock = 64;
 inline constexpr int64_t kKeyBlock = 128;
 
-// C (m x n, row stride ldc) = alpha * op(A) B + beta * C over kc >= 1, in micro-kernel tiles.
-// op(A) is A (m x kc, row stride lda) or, with AK, A^T read in place (A stored kc x m, row stride
-// lda). B is k-major (kc x n, row stride ldb) and readable up to n rounded up to whole vectors.
-// The register tile: 4 x 2 vectors (8 accumulators, enough for two FMA pipes at 4 cycles) where the
-// GEMM's 6-row tile would leave a 2-row remainder in every 32-row block (T = 32 and head size 32 are
-// our models' sizes); on AVX-512 8 x 2 (16 accumulators), the GEMM's narrow tile.
-template <class Arch>
+// The register tiles. Short products (m < 64 rows: our models' T = 32 blocks) take 4 x 2 vectors
+// (8 accumulators, just enough for two FMA pipes at 4 cycles), which divide a 32-row block, where
+// the GEMM's 6-row tile leaves a 2-row remainder (11% wasted); longer ones take the GEMM's 6 x 2
+// (12 accumulators: slack for the loads; 3% wasted on 64-row blocks). AVX-512: 8 x 2 for both.
+template <class Arch, bool Short>
 struct AttentionTile {
   static constexpr int W = int(Batch<Arch>::size);
-  static constexpr int MR = std::is_base_of_v<xsimd::avx512f, Arch> ? 8 : 4;
+  static constexpr int MR = std::is_base_of_v<xsimd::avx512f, Arch> ? 8 : Short ? 4 : 6;
   static constexpr int NV = 2;
   static constexpr int NR = NV * W;
 };
 
-template <class Arch, bool AK>
-void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
+template <class Arch, bool AK, bool Short>
+void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
                int64_t ldb, float beta, float* c, int64_t ldc) {
-  using Tile = AttentionTile<Arch>;
+  using Tile = AttentionTile<Arch, Short>;
   static constexpr gemm_detail::MicroKernelTable<Arch, float, Tile::MR, Tile::NV, AK> table;
-  if (m <= 0 || n <= 0 || kc <= 0) return;
   for (int64_t j = 0; j < n; j += Tile::NR) {
     const int n_valid = int(std::min<int64_t>(Tile::NR, n - j));
     const auto fn = table.fn[(n_valid + Tile::W - 1) / Tile::W - 1];
@@ -72,6 +69,19 @@ void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
       fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid);
     }
   }
+}
+
+// C (m x n, row stride ldc) = alpha * op(A) B + beta * C over kc >= 1, in micro-kernel tiles.
+// op(A) is A (m x kc, row stride lda) or, with AK, A^T read in place (A stored kc x m, row stride
+// lda). B is k-major (kc x n, row stride ldb) and readable up to n rounded up to whole vectors.
+template <class Arch, bool AK>
+void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || kc <= 0) return;
+  if (m < 64)
+    tile_loop<Arch, AK, true>(m, n, kc, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    tile_loop<Arch, AK, false>(m, n, kc, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
