@@ -398,7 +398,10 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
     // dV's accumulators. Per tile: P and dS.
-    Scratch qp(l.Tq * dkp), kp(l.Tk * dkp), dop(l.Tq * dvp), dqacc(l.Tq * dkp), D(l.Tq);
+    // (the packed copies only where rows are not whole vectors: see rows_of below)
+    const bool pack_k = l.dk % W != 0, pack_v = l.dv % W != 0;
+    Scratch qp(pack_k ? l.Tq * dkp : 1), kp(pack_k ? l.Tk * dkp : 1), dop(pack_v ? l.Tq * dvp : 1);
+    Scratch dqacc(l.Tq * dkp), D(l.Tq);
     Scratch kt(dkp * kbp), vt(dvp * kbp), dkacc(kb * dkp), dvacc(kb * dvp), p(qb * kbp), ds(qb * kbp);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / l.H, h = bh % l.H;
@@ -409,9 +412,9 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* doh = dout + b * l.o.b + h * l.o.h;
       const float* lse_h = lse + bh * l.Tq;
       // Q, K, dO as the micro-kernel's B: in place when their rows are whole vectors, else packed.
-      auto rows_of = [](int64_t T, int64_t d, const float* x, int64_t stride, int64_t ld, float* buf,
-                        int64_t& ld_out) {
-        if (d % W == 0) {
+      auto rows_of = [](bool pack, int64_t T, int64_t d, const float* x, int64_t stride, int64_t ld,
+                        float* buf, int64_t& ld_out) {
+        if (!pack) {
           ld_out = stride;
           return x;
         }
@@ -420,9 +423,9 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
         return static_cast<const float*>(buf);
       };
       int64_t ldq, ldk, ldo;
-      const float* qr = rows_of(l.Tq, l.dk, qh, l.q.t, dkp, qp.p, ldq);
-      const float* kr = rows_of(l.Tk, l.dk, kh, l.k.t, dkp, kp.p, ldk);
-      const float* dor = rows_of(l.Tq, l.dv, doh, l.o.t, dvp, dop.p, ldo);
+      const float* qr = rows_of(pack_k, l.Tq, l.dk, qh, l.q.t, dkp, qp.p, ldq);
+      const float* kr = rows_of(pack_k, l.Tk, l.dk, kh, l.k.t, dkp, kp.p, ldk);
+      const float* dor = rows_of(pack_v, l.Tq, l.dv, doh, l.o.t, dvp, dop.p, ldo);
       for (int64_t i = 0; i < l.Tq; ++i)
         D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
       std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
