@@ -84,6 +84,13 @@ void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
     tile_loop<Arch, AK, false>(m, n, kc, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// The row stride of the key-block buffers (K^T, V^T, scores): whole vectors, plus one, so that a
+// 128-key block's rows are not 512 bytes apart, which would put every eighth row in one L1 set.
+template <class Arch>
+int64_t key_block_ld(int64_t kb) {
+  return gemm_detail::round_up(kb, int64_t(Batch<Arch>::size)) + int64_t(Batch<Arch>::size);
+}
+
 // rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
 // zero padded from cols to ld.
 inline void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
@@ -249,7 +256,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
   if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || l.dv <= 0) return;
   const int64_t heads = l.B * l.H, qblocks = (l.Tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t dvp = gemm_detail::round_up(l.dv, W), kb = std::min(kKeyBlock, std::max<int64_t>(l.Tk, 1));
-  const int64_t kbp = gemm_detail::round_up(kb, W);
+  const int64_t kbp = key_block_ld<Arch>(kb);
   const float scale = float(l.scale);
   const float* mask_base = static_cast<const float*>(l.mask);
   const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
@@ -293,14 +300,9 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           mrow.p[r] = m_new;
           if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
         }
-        // O += P V (V read in place when its rows are whole vectors, else packed)
-        const float* vb = vh + j0 * l.v.t;
-        int64_t ldv = l.v.t;
-        if (l.dv % W != 0) {
-          pack_rows(n, l.dv, vb, l.v.t, dvp, vp.p);
-          vb = vp.p, ldv = dvp;
-        }
-        tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
+        // O += P V
+        pack_rows(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
+        tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vp.p, dvp, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + b * l.o.b + h * l.o.h + (i0 + r) * l.o.t;
@@ -391,16 +393,14 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   }
   const int64_t heads = l.B * l.H, dkp = gemm_detail::round_up(std::max<int64_t>(l.dk, 1), W);
   const int64_t dvp = gemm_detail::round_up(std::max<int64_t>(l.dv, 1), W);
-  const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = gemm_detail::round_up(kb, W);
+  const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = key_block_ld<Arch>(kb);
   const int64_t qb = std::min(kQueryBlock, l.Tq);
   const float scale = float(l.scale);
   const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
     // dV's accumulators. Per tile: P and dS.
-    // (the packed copies only where rows are not whole vectors: see rows_of below)
-    const bool pack_k = l.dk % W != 0, pack_v = l.dv % W != 0;
-    Scratch qp(pack_k ? l.Tq * dkp : 1), kp(pack_k ? l.Tk * dkp : 1), dop(pack_v ? l.Tq * dvp : 1);
+    Scratch qp(l.Tq * dkp), kp(l.Tk * dkp), dop(l.Tq * dvp);
     Scratch dqacc(l.Tq * dkp), D(l.Tq);
     Scratch kt(dkp * kbp), vt(dvp * kbp), dkacc(kb * dkp), dvacc(kb * dvp), p(qb * kbp), ds(qb * kbp);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
@@ -411,21 +411,13 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* oh = o + b * l.o.b + h * l.o.h;
       const float* doh = dout + b * l.o.b + h * l.o.h;
       const float* lse_h = lse + bh * l.Tq;
-      // Q, K, dO as the micro-kernel's B: in place when their rows are whole vectors, else packed.
-      auto rows_of = [](bool pack, int64_t T, int64_t d, const float* x, int64_t stride, int64_t ld,
-                        float* buf, int64_t& ld_out) {
-        if (!pack) {
-          ld_out = stride;
-          return x;
-        }
-        pack_rows(T, d, x, stride, ld, buf);
-        ld_out = ld;
-        return static_cast<const float*>(buf);
-      };
-      int64_t ldq, ldk, ldo;
-      const float* qr = rows_of(pack_k, l.Tq, l.dk, qh, l.q.t, dkp, qp.p, ldq);
-      const float* kr = rows_of(pack_k, l.Tk, l.dk, kh, l.k.t, dkp, kp.p, ldk);
-      const float* dor = rows_of(pack_v, l.Tq, l.dv, doh, l.o.t, dvp, dop.p, ldo);
+      // Q, K, dO packed dense: read in place, rows a power-of-two stride apart (2 KiB for 8 heads of
+      // 64) fall into a few L1 sets and evict each other (measured: a third slower at T = 512).
+      pack_rows(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
+      pack_rows(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
+      pack_rows(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+      const float *qr = qp.p, *kr = kp.p, *dor = dop.p;
+      const int64_t ldq = dkp, ldk = dkp, ldo = dvp;
       for (int64_t i = 0; i < l.Tq; ++i)
         D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
       std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
