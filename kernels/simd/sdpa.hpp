@@ -92,11 +92,19 @@ int64_t key_block_ld(int64_t kb) {
 }
 
 // rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
-// zero padded from cols to ld.
-inline void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
+// zero padded from cols to ld. Vector copies inline: at T = 32 a library memcpy call per row cost
+// more than the row.
+template <class Arch>
+void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * ld, src + r * stride, sizeof(float) * size_t(cols));
-    std::fill(dst + r * ld + cols, dst + (r + 1) * ld, 0.0f);
+    const float* x = src + r * stride;
+    float* y = dst + r * ld;
+    int64_t c = 0;
+    for (; c + W <= cols; c += W) B::load_unaligned(x + c).store_unaligned(y + c);
+    for (; c < cols; ++c) y[c] = x[c];
+    for (; c < ld; ++c) y[c] = 0.0f;
   }
 }
 
@@ -301,7 +309,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
         }
         // O += P V
-        pack_rows(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
+        pack_rows<Arch>(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
         tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vp.p, dvp, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -413,9 +421,9 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* lse_h = lse + bh * l.Tq;
       // Q, K, dO packed dense: read in place, rows a power-of-two stride apart (2 KiB for 8 heads of
       // 64) fall into a few L1 sets and evict each other (measured: a third slower at T = 512).
-      pack_rows(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
-      pack_rows(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
-      pack_rows(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+      pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
+      pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
+      pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
       const float *qr = qp.p, *kr = kp.p, *dor = dop.p;
       const int64_t ldq = dkp, ldk = dkp, ldo = dvp;
       for (int64_t i = 0; i < l.Tq; ++i)

@@ -91,10 +91,12 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
       k = split_heads(k_proj->forward(memory), Tk), v = split_heads(v_proj->forward(memory), Tk);
     }
   }
-  if (!cache) {
-    // Without a cache, always the fused op: it reads the views in place, keeps no [B,H,Tq,Tk]
-    // weights for backward and draws the dropout mask the unfused path would (same generator draw,
-    // same counter-based mask over the [B,H,Tq,Tk] weights), so both paths compute the same thing.
+  const bool fused = !cache && (path_ == AttentionPath::fused ||
+                                (path_ == AttentionPath::automatic && Tq * Tk >= kFusedMinScores));
+  if (fused) {  // the rule: AttentionPath (attention.hpp)
+    // The fused op reads the views in place, keeps no [B,H,Tq,Tk] weights for backward and draws
+    // the dropout mask the unfused path would (same generator draw, same counter-based mask over the
+    // [B,H,Tq,Tk] weights), so both paths compute the same thing.
     const bool drop = drop_->training() && drop_->p() > 0;
     const AttentionSpec spec{scale, mask, causal, drop ? drop_->p() : 0.0, drop ? gen.next_u64() : 0};
     const Tensor o = scaled_dot_product_attention(q, k, v, spec);  // [B,Tq,H,dk]
@@ -105,10 +107,11 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
     }
     return out_proj->forward(o.reshape({B, Tq, dim_}));
   }
-  // Incremental decoding: the cache holds k^T [B,H,dk,T] and v [B,H,T,dk], so GEMM reads k transposed.
+  // Unfused: heads to dim 1 as views, k as k^T so GEMM reads it transposed. The KV cache holds the
+  // same layouts, k^T [B,H,dk,T] and v [B,H,T,dk].
   Tensor qh = q.permute({0, 2, 1, 3}), kt, vh;  // [B,H,Tq,dk]
   if (k.defined()) kt = k.permute({0, 2, 3, 1}), vh = v.permute({0, 2, 1, 3});
-  if (self) {  // append this position, attend over all so far (causality holds by construction)
+  if (cache && self) {  // append this position, attend over all so far (causality holds by construction)
     if (cache->len == 0) {
       cache->kt = Tensor::zeros({B, H, dk, cache->capacity}, query.dtype());
       cache->v = Tensor::zeros({B, H, cache->capacity, dk}, query.dtype());
@@ -125,9 +128,9 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
     kt = narrow(cache->kt, 3, 0, cache->len);
     vh = narrow(cache->v, 2, 0, cache->len);
     causal = false;
-  } else if (cache->len == 0) {
+  } else if (cache && cache->len == 0) {
     cache->kt = kt.contiguous(), cache->v = vh.contiguous(), cache->len = Tk;
-  } else {
+  } else if (cache) {
     kt = cache->kt, vh = cache->v;
   }
   const Tensor weights = softmax(matmul(qh, kt), {scale, mask, causal});  // [B,H,Tq,Tk]
