@@ -50,4 +50,31 @@ struct PackedB {
   const T* panels = nullptr;  // null if nothing was packed
 };
 
+// Fused scaled-dot-product attention (sdpa_forward / sdpa_backward): sizes, operand layouts and
+// options. Every operand is logically [B, H, T, d] and addressed through its strides (in elements)
+// along b, h and t; its last dimension is contiguous. So q, k and v can be permuted or narrowed
+// views (heads split off a projection's feature axis) read in place, and o can be written in
+// whatever order the next op wants.
+struct AttentionStrides {
+  int64_t b = 0, h = 0, t = 0;
+};
+struct AttentionLayout {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0, dk = 0, dv = 0;
+  AttentionStrides q, k, v;       // q [B,H,Tq,dk], k [B,H,Tk,dk], v [B,H,Tk,dv]
+  AttentionStrides o;             // o [B,H,Tq,dv], and its gradient do in the same layout
+  AttentionStrides dq, dk_, dv_;  // the gradients' own layouts (backward; may differ from the inputs')
+  double scale = 1.0;             // scores are scale * q . k + mask
+  // Additive mask, same type as the operands, or null: row (b, h, i) of Tk values starts at
+  // b * mask_strides.b + h * mask_strides.h + i * mask_strides.t (0 strides broadcast).
+  const void* mask = nullptr;
+  AttentionStrides mask_strides;
+  // causal: key j is masked (-inf) for query i when j > i + (Tk - Tq), queries aligned to the last keys.
+  bool causal = false;
+  // Dropout on the weights: weight (b, h, i, j) is kept, and scaled by 1 / (1 - dropout), iff
+  // uniform_at(dropout_seed, ((b * H + h) * Tq + i) * Tk + j) >= dropout, the mask the dropout
+  // kernel draws for the contiguous [B, H, Tq, Tk] weights. 0 = none.
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0;
+};
+
 }  // namespace tapegrad::kernels

@@ -28,7 +28,7 @@ enum class OpKind : uint8_t {
   matmul, linear, permute, reshape, contiguous, concat, narrow,
   sum_axis, sum_all, max_axis,
   softmax, log_softmax, layer_norm, embedding, cross_entropy, dropout, where,
-  gru_cell, additive_score,
+  gru_cell, additive_score, scaled_dot_product_attention,
   count_
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::count_);

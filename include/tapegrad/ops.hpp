@@ -133,4 +133,22 @@ Tensor gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h);
 // Nothing of size [B, S, A] is kept for backward: it recomputes tanh chunk by chunk.
 Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
 
+// ---- attention (src/ops/attention.cpp) ----------------------------------------------------------
+struct AttentionSpec {
+  double scale = 1.0;   // scores are scale * q . k + mask
+  Tensor mask;          // additive, broadcastable to [B, H, Tq, Tk]: e.g. key padding [B,1,1,Tk], or [Tq,Tk]
+  bool causal = false;  // mask key j for query i when j > i + (Tk - Tq) (queries aligned to the last keys)
+  double dropout = 0;   // on the weights, in training: the mask dropout(weights, p, true, seed) draws
+  uint64_t dropout_seed = 0;
+};
+// Multi-head scaled dot-product attention in the heads-inner layout the projections produce:
+//   q [B, Tq, H, dk], k [B, Tk, H, dk], v [B, Tk, H, dv] -> o [B, Tq, H, dv], per (b, h):
+//   o = dropout(softmax(scale * q k^T + mask)) v
+// fused, so the [B, H, Tq, Tk] weights are never stored (backward recomputes them from the rows'
+// log-sum-exp). Views whose last dimension is contiguous (heads narrowed off a stacked projection)
+// are read in place, and o.reshape({B, Tq, H * dv}) is a view. A row with no key to see (causal
+// with Tq > Tk, or every key -inf) is zeros, as in softmax.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionSpec& spec = {});
+
 }  // namespace tapegrad

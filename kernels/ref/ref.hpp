@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 #include "kernels/nd_index.hpp"
@@ -414,6 +415,117 @@ void additive_score_backward(int64_t B, int64_t S, int64_t A, const T* keys, con
         if (dv) dv[a] += ds * t;
       }
     }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Scaled-dot-product attention, one query row at a time (the row's scores in an O(Tk) buffer)
+
+// Offsets of row (b, h, t) of an operand laid out by s.
+inline int64_t attention_row(const AttentionStrides& s, int64_t b, int64_t h, int64_t t) {
+  return b * s.b + h * s.h + t * s.t;
+}
+
+// The dropout factor of weight (b, h, i, j): 0, or 1 / (1 - p) when kept.
+template <class T>
+T attention_keep(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (l.dropout == 0) return T(1);
+  const uint64_t index = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j);
+  return uniform_at(l.dropout_seed, index) >= l.dropout ? T(1.0 / (1.0 - l.dropout)) : T(0);
+}
+
+// s_j = scale * q . k_j + mask_j for the keys row i may see (-inf for the others); returns max_j s_j.
+template <class T>
+T attention_scores(const AttentionLayout& l, const T* q, const T* k, int64_t b, int64_t h, int64_t i, T* s) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T* qi = q + attention_row(l.q, b, h, i);
+  const T* mask = l.mask ? static_cast<const T*>(l.mask) + attention_row(l.mask_strides, b, h, i) : nullptr;
+  T mx = neg_inf;
+  for (int64_t j = 0; j < l.Tk; ++j) {
+    if (l.causal && j > i + (l.Tk - l.Tq)) {
+      s[j] = neg_inf;
+      continue;
+    }
+    const T* kj = k + attention_row(l.k, b, h, j);
+    T dot = 0;
+    for (int64_t d = 0; d < l.dk; ++d) dot += qi[d] * kj[d];
+    s[j] = T(l.scale) * dot + (mask ? mask[j] : T(0));
+    mx = std::max(mx, s[j]);
+  }
+  return mx;
+}
+
+template <class T>
+void sdpa_forward(const AttentionLayout& l, const T* q, const T* k, const T* v, T* o, T* lse) {
+  std::vector<T> s(size_t(std::max<int64_t>(l.Tk, 1)));
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t h = 0; h < l.H; ++h)
+      for (int64_t i = 0; i < l.Tq; ++i) {
+        T* oi = o + attention_row(l.o, b, h, i);
+        T& row_lse = lse[(b * l.H + h) * l.Tq + i];
+        for (int64_t d = 0; d < l.dv; ++d) oi[d] = 0;
+        const T mx = attention_scores(l, q, k, b, h, i, s.data());
+        if (mx == -std::numeric_limits<T>::infinity()) {  // no key to attend to: zeros, as softmax
+          row_lse = std::numeric_limits<T>::infinity();
+          continue;
+        }
+        T sum = 0;
+        for (int64_t j = 0; j < l.Tk; ++j) sum += std::exp(s[j] - mx);
+        row_lse = mx + std::log(sum);
+        for (int64_t j = 0; j < l.Tk; ++j) {
+          const T w = std::exp(s[j] - row_lse) * attention_keep<T>(l, b, h, i, j);
+          const T* vj = v + attention_row(l.v, b, h, j);
+          for (int64_t d = 0; d < l.dv; ++d) oi[d] += w * vj[d];
+        }
+      }
+}
+
+// Zeroes the [B, H, T, d] gradient g (layout s) if it is to be overwritten, so it can be added to.
+template <class T>
+void attention_grad_start(const AttentionLayout& l, GradOutput<T> g, const AttentionStrides& s, int64_t T_, int64_t d) {
+  if (!g.data || !g.overwrite) return;
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t h = 0; h < l.H; ++h)
+      for (int64_t t = 0; t < T_; ++t) std::fill_n(g.data + attention_row(s, b, h, t), d, T(0));
+}
+
+template <class T>
+void sdpa_backward(const AttentionLayout& l, const T* q, const T* k, const T* v, const T* o, const T* lse,
+                   const T* dout, GradOutput<T> dq_out, GradOutput<T> dk_out, GradOutput<T> dv_out) {
+  attention_grad_start(l, dq_out, l.dq, l.Tq, l.dk);
+  attention_grad_start(l, dk_out, l.dk_, l.Tk, l.dk);
+  attention_grad_start(l, dv_out, l.dv_, l.Tk, l.dv);
+  T *dq = dq_out.data, *dk = dk_out.data, *dv = dv_out.data;
+  std::vector<T> s(size_t(std::max<int64_t>(l.Tk, 1)));
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t h = 0; h < l.H; ++h)
+      for (int64_t i = 0; i < l.Tq; ++i) {
+        const T row_lse = lse[(b * l.H + h) * l.Tq + i];
+        if (row_lse == std::numeric_limits<T>::infinity()) continue;  // a row of zeros: no gradient
+        const T *qi = q + attention_row(l.q, b, h, i), *oi = o + attention_row(l.o, b, h, i);
+        const T* doi = dout + attention_row(l.o, b, h, i);
+        T D = 0;
+        for (int64_t d = 0; d < l.dv; ++d) D += doi[d] * oi[d];
+        attention_scores(l, q, k, b, h, i, s.data());
+        for (int64_t j = 0; j < l.Tk; ++j) {
+          const T w = std::exp(s[j] - row_lse), keep = attention_keep<T>(l, b, h, i, j);
+          const T *kj = k + attention_row(l.k, b, h, j), *vj = v + attention_row(l.v, b, h, j);
+          T dw = 0;  // d loss / d drop(w_ij) = dout_i . v_j
+          for (int64_t d = 0; d < l.dv; ++d) dw += doi[d] * vj[d];
+          const T ds = w * (keep * dw - D);
+          if (dv) {
+            T* g = dv + attention_row(l.dv_, b, h, j);
+            for (int64_t d = 0; d < l.dv; ++d) g[d] += w * keep * doi[d];
+          }
+          if (dq) {
+            T* g = dq + attention_row(l.dq, b, h, i);
+            for (int64_t d = 0; d < l.dk; ++d) g[d] += T(l.scale) * ds * kj[d];
+          }
+          if (dk) {
+            T* g = dk + attention_row(l.dk_, b, h, j);
+            for (int64_t d = 0; d < l.dk; ++d) g[d] += T(l.scale) * ds * qi[d];
+          }
+        }
+      }
 }
 
 // ----------------------------------------------------------------------------------------------

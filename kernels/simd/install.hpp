@@ -16,6 +16,7 @@
 //   optim.hpp        Adam / AdamW
 //   attention.hpp    additive attention scores and their backward
 //   gru.hpp          GRU cell gates and their backward
+//   sdpa.hpp         scaled-dot-product attention, fused, and its backward
 //   peak.hpp         the FMA loop behind the measured peak
 #pragma once
 
@@ -30,6 +31,7 @@
 #include "kernels/simd/optim.hpp"
 #include "kernels/simd/peak.hpp"
 #include "kernels/simd/reduce.hpp"
+#include "kernels/simd/sdpa.hpp"
 #include "kernels/simd/softmax.hpp"
 #include "kernels/table.hpp"
 

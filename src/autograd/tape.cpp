@@ -16,7 +16,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "matmul", "linear", "permute", "reshape", "contiguous", "concat", "narrow",
     "sum_axis", "sum_all", "max_axis",
     "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout", "where",
-    "gru_cell", "additive_score",
+    "gru_cell", "additive_score", "scaled_dot_product_attention",
 };
 // Fails to compile if an OpKind was added without its name (the array would have an empty slot).
 constexpr bool all_named() {

@@ -52,73 +52,96 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
                                    Generator& gen, KvCache* cache) {
   if (query.ndim() != 3 || memory.ndim() != 3 || query.size(2) != dim_ || memory.size(2) != dim_ ||
       query.size(0) != memory.size(0))
-    throw ShapeError("MultiHeadAttention: expected query [B,Tq," + std::to_string(dim_) + "] and memory [B,Tk," +
-                     std::to_string(dim_) + "], got query=" + to_string(query.shape()) +
-                     " memory=" + to_string(memory.shape()));
+    throw ShapeError("MultiHeadAttention: expected query [B,Tq," + std::to_string(dim_) +
+                     "] and memory [B,Tk," + std::to_string(dim_) +
+                     "], got query=" + to_string(query.shape()) + " memory=" + to_string(memory.shape()));
   const int64_t B = query.size(0), Tq = query.size(1), Tk = memory.size(1), H = heads_, dk = dim_ / heads_;
   // Projections that read the same input share one GEMM (Q, K, V for self-attention; K, V for
   // cross-attention): the weights are stacked ([nC, C], a cheap copy per forward) and each
   // projection is a column range of the [B, T, nC] result. Parameters stay separate, so checkpoints
-  // and names are unchanged. Views only below: heads split off the feature axis; k is laid out as
-  // k^T so GEMM reads it transposed.
+  // and names are unchanged. Views only below: heads split off the feature axis, [B, T, H, dk].
   const bool biased = q_proj->bias.defined() && k_proj->bias.defined() && v_proj->bias.defined();
   auto project = [&](const Tensor& x, std::initializer_list<const Linear*> ps) {
     std::vector<Tensor> ws, bs;
     for (const Linear* p : ps) ws.push_back(p->weight), bs.push_back(p->bias);
     return linear(x, concat(ws, 0), biased ? concat(bs, 0) : Tensor());
   };
-  auto part = [&](const Tensor& y, int i, int64_t T) { return narrow(y, 2, i * dim_, dim_).reshape({B, T, H, dk}); };
+  auto part = [&](const Tensor& y, int i, int64_t T) {
+    return narrow(y, 2, i * dim_, dim_).reshape({B, T, H, dk});
+  };
+  auto split_heads = [&](const Tensor& y, int64_t T) { return y.reshape({B, T, H, dk}); };
   const bool self = query.same(memory);
   if (cache && (grad_enabled() || (self && Tq != 1)))
-    throw Error("MultiHeadAttention: a KV cache is for inference (NoGrad) one position at a time, got query=" +
-                to_string(query.shape()));
-  Tensor q, kt, v;
+    throw Error(
+        "MultiHeadAttention: a KV cache is for inference (NoGrad) one position at a time, got query=" +
+        to_string(query.shape()));
+  const double scale = 1.0 / std::sqrt(double(dk));
+  Tensor q, k, v;  // [B, T, H, dk] views of the projections (k, v undefined when the cache holds them)
   if (cache && !self && cache->len > 0) {  // cross-attention: memory's keys and values from the first step
-    q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});
-    kt = cache->kt, v = cache->v;
+    q = split_heads(q_proj->forward(query), Tq);
   } else if (self && biased) {
     const Tensor qkv = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B,T,3C]
-    q = part(qkv, 0, Tq).permute({0, 2, 1, 3});   // [B,H,Tq,dk]
-    kt = part(qkv, 1, Tk).permute({0, 2, 3, 1});  // [B,H,dk,Tk]
-    v = part(qkv, 2, Tk).permute({0, 2, 1, 3});   // [B,H,Tk,dk]
+    q = part(qkv, 0, Tq), k = part(qkv, 1, Tk), v = part(qkv, 2, Tk);
   } else {
-    q = q_proj->forward(query).reshape({B, Tq, H, dk}).permute({0, 2, 1, 3});
+    q = split_heads(q_proj->forward(query), Tq);
     if (biased) {
       const Tensor kv = project(memory, {k_proj.get(), v_proj.get()});  // [B,Tk,2C]
-      kt = part(kv, 0, Tk).permute({0, 2, 3, 1});
-      v = part(kv, 1, Tk).permute({0, 2, 1, 3});
+      k = part(kv, 0, Tk), v = part(kv, 1, Tk);
     } else {
-      kt = k_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 3, 1});
-      v = v_proj->forward(memory).reshape({B, Tk, H, dk}).permute({0, 2, 1, 3});
+      k = split_heads(k_proj->forward(memory), Tk), v = split_heads(v_proj->forward(memory), Tk);
     }
   }
+  const bool fused = !cache && (path_ == AttentionPath::fused ||
+                                (path_ == AttentionPath::automatic && Tq * Tk >= kFusedMinScores));
+  if (fused) {  // the rule: AttentionPath (attention.hpp)
+    // The fused op reads the views in place, keeps no [B,H,Tq,Tk] weights for backward and draws
+    // the dropout mask the unfused path would (same generator draw, same counter-based mask over the
+    // [B,H,Tq,Tk] weights), so both paths compute the same thing.
+    const bool drop = drop_->training() && drop_->p() > 0;
+    const AttentionSpec spec{scale, mask, causal, drop ? drop_->p() : 0.0, drop ? gen.next_u64() : 0};
+    const Tensor o = scaled_dot_product_attention(q, k, v, spec);  // [B,Tq,H,dk]
+    if (keep_weights_) {  // inspection: the weights (before dropout) recomputed, off the tape
+      NoGrad no_grad;
+      last_weights_ =
+          softmax(matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1})), {scale, mask, causal});
+    }
+    return out_proj->forward(o.reshape({B, Tq, dim_}));
+  }
+  // Unfused: heads to dim 1 as views, k as k^T so GEMM reads it transposed. The KV cache holds the
+  // same layouts, k^T [B,H,dk,T] and v [B,H,T,dk].
+  Tensor qh = q.permute({0, 2, 1, 3}), kt, vh;  // [B,H,Tq,dk]
+  if (k.defined()) kt = k.permute({0, 2, 3, 1}), vh = v.permute({0, 2, 1, 3});
   if (cache && self) {  // append this position, attend over all so far (causality holds by construction)
     if (cache->len == 0) {
       cache->kt = Tensor::zeros({B, H, dk, cache->capacity}, query.dtype());
       cache->v = Tensor::zeros({B, H, cache->capacity, dk}, query.dtype());
     }
     if (cache->len >= cache->capacity || cache->kt.size(0) != B)
-      throw ShapeError("MultiHeadAttention: KV cache of " + std::to_string(cache->capacity) + " positions for batch " +
-                       std::to_string(cache->kt.size(0)) + " is full or of another batch (query=" +
-                       to_string(query.shape()) + ")");
+      throw ShapeError("MultiHeadAttention: KV cache of " + std::to_string(cache->capacity) +
+                       " positions for batch " + std::to_string(cache->kt.size(0)) +
+                       " is full or of another batch (query=" + to_string(query.shape()) + ")");
     if (query.dtype() == DType::f64)
-      append_kv<double>(*cache, kt, v);
+      append_kv<double>(*cache, kt, vh);
     else
-      append_kv<float>(*cache, kt, v);
+      append_kv<float>(*cache, kt, vh);
     ++cache->len;
     kt = narrow(cache->kt, 3, 0, cache->len);
-    v = narrow(cache->v, 2, 0, cache->len);
+    vh = narrow(cache->v, 2, 0, cache->len);
     causal = false;
   } else if (cache && cache->len == 0) {
-    cache->kt = kt.contiguous(), cache->v = v.contiguous(), cache->len = Tk;
+    cache->kt = kt.contiguous(), cache->v = vh.contiguous(), cache->len = Tk;
+  } else if (cache) {
+    kt = cache->kt, vh = cache->v;
   }
-  const Tensor weights = softmax(matmul(q, kt), {1.0 / std::sqrt(double(dk)), mask, causal});  // [B,H,Tq,Tk]
+  const Tensor weights = softmax(matmul(qh, kt), {scale, mask, causal});  // [B,H,Tq,Tk]
   if (keep_weights_) last_weights_ = weights.detach().clone();
-  const Tensor o = matmul(drop_->forward(weights, gen), v);                                  // [B,H,Tq,dk]
+  const Tensor o = matmul(drop_->forward(weights, gen), vh);  // [B,H,Tq,dk]
   return out_proj->forward(o.permute({0, 2, 1, 3}).reshape({B, Tq, dim_}));
 }
 
-const char* score_name(AttentionScore s) { return s == AttentionScore::additive ? "additive" : "dot"; }
+const char* score_name(AttentionScore s) {
+  return s == AttentionScore::additive ? "additive" : "dot";
+}
 
 AttentionScore parse_score(const std::string& name) {
   if (name == "additive" || name == "bahdanau") return AttentionScore::additive;
@@ -126,7 +149,8 @@ AttentionScore parse_score(const std::string& name) {
   throw Error("attention: unknown scoring '" + name + "' (expected additive or dot)");
 }
 
-SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen)
+SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim,
+                           Generator& gen)
     : score_(score) {
   if (score == AttentionScore::additive) {
     query_proj_ = register_module("query_proj", std::make_shared<Linear>(query_dim, attn_dim, gen, false));
@@ -138,10 +162,12 @@ SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_
   }
 }
 
-Tensor SeqAttention::precompute(const Tensor& keys) const { return key_proj_->forward(keys); }
+Tensor SeqAttention::precompute(const Tensor& keys) const {
+  return key_proj_->forward(keys);
+}
 
-Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tensor& projected, const Tensor& mask,
-                             Tensor* weights_out) const {
+Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tensor& projected,
+                             const Tensor& mask, Tensor* weights_out) const {
   const int64_t B = keys.size(0), S = keys.size(1);
   Tensor scores;  // [B, S]
   if (score_ == AttentionScore::additive) {

@@ -153,6 +153,31 @@ std::vector<OpCheck> build() {
   add_row("additive_score", "k[1,1,1] q[1,1] v[1]", {in({1, 1, 1}), in({1, 1}), in({1})},
           [](Inputs x) { return add(additive_score(x[0], x[1], x[2]), x[1]); });
 
+  // ---- fused attention: q [B,Tq,H,dk], k [B,Tk,H,dk], v [B,Tk,H,dv]
+  auto sdpa = [](Inputs x, AttentionSpec spec) { return scaled_dot_product_attention(x[0], x[1], x[2], spec); };
+  add_row("scaled_dot_product_attention", "q[2,3,2,4] k[2,5,2,4] v[2,5,2,3] scale 0.5",
+          {in({2, 3, 2, 4}), in({2, 5, 2, 4}), in({2, 5, 2, 3})}, [=](Inputs x) { return sdpa(x, {0.5}); });
+  add_row("scaled_dot_product_attention", "q[1,3,2,4] k,v[1,5,2,4] causal (Tq < Tk)",
+          {in({1, 3, 2, 4}), in({1, 5, 2, 4}), in({1, 5, 2, 4})},
+          [=](Inputs x) { return sdpa(x, {0.5, {}, true}); });
+  add_row("scaled_dot_product_attention", "q[1,4,1,3] k,v[1,2,1,3] causal (Tq > Tk: rows with no key)",
+          {in({1, 4, 1, 3}), in({1, 2, 1, 3}), in({1, 2, 1, 3})},
+          [=](Inputs x) { return add(sdpa(x, {0.7, {}, true}), x[0]); });
+  add_row("scaled_dot_product_attention", "q[2,3,2,4] k,v[2,5,2,4] key padding mask[2,1,1,5]",
+          {in({2, 3, 2, 4}), in({2, 5, 2, 4}), in({2, 5, 2, 4}), constant({2, 1, 1, 5}, Domain::positive)},
+          [=](Inputs x) { return sdpa(x, {0.5, mul(as_mask(x[3]), -1e9), false}); });
+  add_row("scaled_dot_product_attention", "q[2,3,2,4] k,v[2,4,2,4] mask[3,4] causal",
+          {in({2, 3, 2, 4}), in({2, 4, 2, 4}), in({2, 4, 2, 4}), constant({3, 4})},
+          [=](Inputs x) { return sdpa(x, {0.5, x[3], true}); });
+  add_row("scaled_dot_product_attention", "q,k,v narrowed from x[2,3,3*2*4] (strided views)", {in({2, 3, 24})},
+          [=](Inputs x) {
+            auto part = [&](int i) { return narrow(x[0], 2, 8 * i, 8).reshape({2, 3, 2, 4}); };
+            return scaled_dot_product_attention(part(0), part(1), part(2), {0.5});
+          });
+  add_row("scaled_dot_product_attention", "q[2,3,2,4] k,v[2,5,2,4] dropout 0.3 seed 5",
+          {in({2, 3, 2, 4}), in({2, 5, 2, 4}), in({2, 5, 2, 4})},
+          [=](Inputs x) { return sdpa(x, {0.5, {}, false, 0.3, 5}); });
+
   // ---- compositions
   add_row("mlp2_composition", "x[4,3] W1[5,3] W2[2,5] ce", {in({4, 3}), in({5, 3}), in({5}), in({2, 5}), in({2})},
           [](Inputs x) {

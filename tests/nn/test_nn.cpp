@@ -54,6 +54,53 @@ TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn
   check_module(mha, {x, mem}, [&] { return mha.forward(x, mem, mask, false, g); }, "MHA cross padded");
 }
 
+TEST_CASE("MultiHeadAttention: fused and unfused paths agree, dropout and kept weights included", "[nn]") {
+  // Long enough (256 x 256 scores) that automatic takes the fused path; dropout 0.2 in training, so
+  // both paths must draw the same mask from the same generator state.
+  const int64_t B = 2, T = 256, C = 8;
+  Generator init(5);
+  nn::MultiHeadAttention mha(C, 2, 0.2, init);
+  Generator data(6);
+  const Tensor x = Tensor::randn({B, T, C}, data);
+  std::vector<double> pad(size_t(B * T), 0.0);
+  for (int64_t j = T - 40; j < T; ++j) pad[size_t(T + j)] = -1e9;  // the second sequence is padded
+  const Tensor mask = Tensor::from_vector(pad, {B, 1, 1, T});
+  const Tensor w = Tensor::randn({B, T, C}, data);
+  struct Run {
+    Tensor y, weights;
+    std::vector<Tensor> grads;
+  };
+  auto run = [&](nn::AttentionPath path, bool causal) {
+    mha.set_path(path);
+    mha.keep_weights(true);
+    mha.zero_grad();
+    Generator gen(11);
+    Run r;
+    r.y = mha.forward(x, x, mask, causal, gen);
+    backward(sum(mul(r.y, w)));
+    r.weights = mha.last_weights();
+    for (const auto& p : mha.named_parameters()) r.grads.push_back(p.second.grad().clone());
+    return r;
+  };
+  auto max_diff = [](const Tensor& a, const Tensor& b) {
+    const std::vector<double> u = a.to_vector(), v = b.to_vector();
+    double m = u.size() == v.size() ? 0.0 : 1e300;
+    for (size_t i = 0; i < u.size() && i < v.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]));
+    return m;
+  };
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const Run fused = run(nn::AttentionPath::automatic, causal),
+              unfused = run(nn::AttentionPath::unfused, causal);
+    CHECK(max_diff(fused.y, unfused.y) < 1e-5);
+    REQUIRE(fused.weights.defined());
+    CHECK(fused.weights.shape() == Shape{B, 2, T, T});
+    CHECK(max_diff(fused.weights, unfused.weights) < 1e-6);
+    REQUIRE(fused.grads.size() == unfused.grads.size());
+    for (size_t i = 0; i < fused.grads.size(); ++i) CHECK(max_diff(fused.grads[i], unfused.grads[i]) < 1e-4);
+  }
+}
+
 TEST_CASE("Transformer encoder and decoder layers, post-LN and pre-LN", "[nn][gradcheck]") {
   for (bool pre : {false, true}) {
     CAPTURE(pre);

@@ -20,10 +20,25 @@ struct KvCache {
   Tensor kt, v;          // [B, H, dk, capacity] and [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..])
 };
 
+// How MultiHeadAttention computes softmax(q k^T / sqrt(d_k) + mask) v. Both give the same result up
+// to float rounding, with the same dropout mask:
+//   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
+//   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
+//   automatic (the default): fused when Tq * Tk >= kFusedMinScores and no KV cache is in use, else
+//            unfused. Measured on one Zen 3 core (AVX2, bench/bench_attention.cpp): the fused op takes
+//            1.0-1.4x the unfused time at every T from 32 to 2048 (it computes the scores twice),
+//            but keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at T = 2048 (8 heads
+//            of 64), so it pays where the T^2 weights start to dominate memory, from 256 x 256 on.
+//            The choice depends on sizes only, never on the thread count, so training stays bitwise
+//            the same at any thread count.
+// A KV cache always takes the unfused path.
+enum class AttentionPath { automatic, fused, unfused };
+
 // Per head h: q = x W_Q^h, k = m W_K^h, v = m W_V^h, weights = softmax(q k^T / sqrt(d_k) + mask),
 // out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
 class MultiHeadAttention : public Module {
  public:
+  static constexpr int64_t kFusedMinScores = 256 * 256;
   MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
   // mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
   // causal: query i may not attend to key j > i (decoder self-attention).
@@ -31,7 +46,10 @@ class MultiHeadAttention : public Module {
   // self-attention (memory is query) it attends over every position so far, itself included.
   Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen,
                  KvCache* cache = nullptr);
-  // When on, forward keeps its attention weights [B, H, Tq, Tk] (detached) for inspection.
+  void set_path(AttentionPath path) { path_ = path; }
+  AttentionPath path() const { return path_; }
+  // When on, forward keeps its attention weights [B, H, Tq, Tk] (detached, before dropout) for
+  // inspection; on the fused path they are recomputed for it, off the tape.
   void keep_weights(bool on) { keep_weights_ = on; }
   const Tensor& last_weights() const { return last_weights_; }
   int64_t heads() const { return heads_; }
@@ -40,6 +58,7 @@ class MultiHeadAttention : public Module {
  private:
   int64_t dim_, heads_;
   std::shared_ptr<Dropout> drop_;
+  AttentionPath path_ = AttentionPath::automatic;
   bool keep_weights_ = false;
   Tensor last_weights_;
 };

@@ -1,0 +1,77 @@
+// Attention-layer benchmark: the core of one multi-head attention layer, q, k, v -> o, forward and
+// backward, against sequence length, fused (scaled_dot_product_attention) and unfused (the path
+// MultiHeadAttention took before: softmax(matmul(q, k^T), scale) then matmul with v, the weights
+// kept on the tape). bench/torch_attention.py times the same step in PyTorch.
+//
+// Rows: attention/<fused|unfused>/T:<T>/B:1/H:8/d:64, T in 64 .. 2048 (fixed B, so the work grows as
+// T^2 and the unfused memory too), and one row at the size of bench_train's Transformer (T 32,
+// B 64, 4 heads of 32). Inputs are float32 unit normals drawn once; the step
+// is o = attention(q, k, v), backward(sum(o)), then the three input gradients are dropped. fused
+// takes q, k, v as [B, T, H, d] (its layout), unfused as [B, H, T, d] (its layout): neither copies.
+// Counters:
+//   GFLOP/s   12 B H T^2 d per step (forward 2 products of 2 B H T^2 d, backward 4), recomputation
+//             not counted.
+//   peak_MiB  the allocator's high-water mark over one step (tapegrad::memory::stats, reset before
+//             the step) above what the inputs hold: tensors only. The fused kernels' own scratch
+//             (plain operator new, O(T d) per thread: for T = 2048, d = 64 about 2.2 MiB backward)
+//             is not in it.
+// Run with the exclusive CPU lock and OMP threads set by --threads-like env: TAPEGRAD_THREADS is
+// read (default 1).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "tapegrad/autograd.hpp"
+#include "tapegrad/memory.hpp"
+#include "tapegrad/ops.hpp"
+#include "tapegrad/runtime.hpp"
+
+namespace {
+
+using namespace tapegrad;
+
+void attention_step(benchmark::State& state, bool fused) {
+  const char* threads = std::getenv("TAPEGRAD_THREADS");
+  runtime::set_num_threads(threads ? std::atoi(threads) : 1);
+  const int64_t T = state.range(0), batch = state.range(1), heads = state.range(2), head_dim = state.range(3);
+  Generator gen(7);
+  const Shape shape = fused ? Shape{batch, T, heads, head_dim} : Shape{batch, heads, T, head_dim};
+  Tensor q = Tensor::randn(shape, gen).requires_grad_();
+  Tensor k = Tensor::randn(shape, gen).requires_grad_();
+  Tensor v = Tensor::randn(shape, gen).requires_grad_();
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  auto step = [&] {
+    const Tensor o = fused ? scaled_dot_product_attention(q, k, v, {scale})
+                           : matmul(softmax(matmul(q, transpose(k, 2, 3)), {scale}), v);
+    backward(sum(o));
+    q.zero_grad(), k.zero_grad(), v.zero_grad();
+  };
+  step();  // warm-up: fills the allocator's free lists
+  int64_t peak = 0;
+  for (auto _ : state) {
+    memory::reset_peak();
+    const int64_t base = memory::stats().bytes_in_use;
+    step();
+    peak = std::max(peak, memory::stats().peak_bytes_in_use - base);
+  }
+  const double flops = 12.0 * double(batch * heads * T * T * head_dim);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_MiB"] = double(peak) / (1 << 20);
+}
+
+// {T, B, H, d}: the sweep over T, then the Transformer of bench_train (B 64, 4 heads of 32, T 32).
+void lengths(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"T", "B", "H", "d"});
+  for (int64_t T = 64; T <= 2048; T *= 2) b->Args({T, 1, 8, 64});
+  b->Args({32, 64, 4, 32});
+  b->Unit(benchmark::kMillisecond)->MinTime(0.3);
+}
+
+BENCHMARK_CAPTURE(attention_step, fused, true)->Name("attention/fused")->Apply(lengths);
+BENCHMARK_CAPTURE(attention_step, unfused, false)->Name("attention/unfused")->Apply(lengths);
+
+}  // namespace
+
+BENCHMARK_MAIN();

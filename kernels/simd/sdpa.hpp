@@ -1,0 +1,482 @@
+// SIMD scaled-dot-product attention, forward and backward (float32), fused so that the T x T
+// weights are never stored. Contracts and the scalar oracle: kernels/kernel_list.hpp,
+// kernels/ref/ref.hpp.
+//
+// Unfused, attention is a batched GEMM for the scores, a softmax, a second batched GEMM and, for
+// backward, the stored [B, H, Tq, Tk] weights: memory that grows with T^2, and at our model sizes
+// (T = 32, d = 32) a chain of small GEMM calls each too short to pay a thread fork. Here each thread
+// takes whole (b, h) heads (forward: blocks of kQueryBlock query rows of a head) and walks the keys
+// in blocks of kKeyBlock:
+//   forward:  S = scale * Q K^T + mask for the block, an online softmax update of each row's
+//             running max m and sum l (rescaling the row's partial output when m grows), O += P V;
+//             at the end O /= l and lse = m + log l is stored, B*H*Tq floats.
+//   backward: per key block, for every query block: P = exp(S - lse) recomputed, dP = dO V^T,
+//             dS = P (dP - D) with D = rowsum(dO o), then dV += P^T dO, dK += scale dS^T Q into the
+//             key block's accumulators, dQ += scale dS K into the head's.
+// Every product is a tile loop over the GEMM micro-kernel (gemm_micro.hpp; its register tile from
+// gemm_config.hpp), with the operands that it reads as B packed once per head or key block, zero
+// padded to whole vectors: K^T and V^T transposed, V, dO, Q, K row-major. Scratch is O(T d) per head
+// plus O(kQueryBlock x kKeyBlock) per thread, never O(T^2). A key block of kKeyBlock keeps a query
+// block's scores in L1/L2; at T <= kKeyBlock a row is one block and the online rescale never runs.
+// Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
+// so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
+// counter-based mask element by element (uniform_at), forward and backward.
+// Cost (bench/bench_attention.cpp, one Zen 3 core, AVX2): 1.0-1.4x the unfused ops' time from T = 32
+// to 2048, since the scores and their exp are computed twice, for 5 MiB instead of 34 at T = 512.
+// Not here: the double path (the reference), a split of one head's backward across threads (a head
+// is the unit of work, so B * H = 1 runs on one thread), a vectorised dropout mask.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/simd/common.hpp"
+#include "kernels/simd/gemm_config.hpp"
+#include "kernels/simd/gemm_micro.hpp"
+#include "kernels/simd/math.hpp"
+
+TG_SIMD_SILENCE_GCC_PR105593_BEGIN
+
+namespace tapegrad::kernels::simd {
+namespace {
+
+inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kKeyBlock = 128;
+
+// The register tiles. Short products (m < 64 rows: our models' T = 32 blocks) take 4 x 2 vectors
+// (8 accumulators, just enough for two FMA pipes at 4 cycles), which divide a 32-row block, where
+// the GEMM's 6-row tile leaves a 2-row remainder (11% wasted); longer ones take the GEMM's 6 x 2
+// (12 accumulators: slack for the loads; 3% wasted on 64-row blocks). AVX-512: 8 x 2 for both.
+template <class Arch, bool Short>
+struct AttentionTile {
+  static constexpr int W = int(Batch<Arch>::size);
+  static constexpr int MR = std::is_base_of_v<xsimd::avx512f, Arch> ? 8 : Short ? 4 : 6;
+  static constexpr int NV = 2;
+  static constexpr int NR = NV * W;
+};
+
+template <class Arch, bool AK, bool Short>
+void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
+  using Tile = AttentionTile<Arch, Short>;
+  static constexpr gemm_detail::MicroKernelTable<Arch, float, Tile::MR, Tile::NV, AK> table;
+  for (int64_t j = 0; j < n; j += Tile::NR) {
+    const int n_valid = int(std::min<int64_t>(Tile::NR, n - j));
+    const auto fn = table.fn[(n_valid + Tile::W - 1) / Tile::W - 1];
+    for (int64_t i = 0; i < m; i += Tile::MR) {
+      const int rows = int(std::min<int64_t>(Tile::MR, m - i));
+      fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid);
+    }
+  }
+}
+
+// C (m x n, row stride ldc) = alpha * op(A) B + beta * C over kc >= 1, in micro-kernel tiles.
+// op(A) is A (m x kc, row stride lda) or, with AK, A^T read in place (A stored kc x m, row stride
+// lda). B is k-major (kc x n, row stride ldb) and readable up to n rounded up to whole vectors.
+template <class Arch, bool AK>
+void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || kc <= 0) return;
+  if (m < 64)
+    tile_loop<Arch, AK, true>(m, n, kc, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    tile_loop<Arch, AK, false>(m, n, kc, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The row stride of the key-block buffers (K^T, V^T, scores): whole vectors, plus one, so that a
+// 128-key block's rows are not 512 bytes apart, which would put every eighth row in one L1 set.
+template <class Arch>
+int64_t key_block_ld(int64_t kb) {
+  return gemm_detail::round_up(kb, int64_t(Batch<Arch>::size)) + int64_t(Batch<Arch>::size);
+}
+
+// rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
+// zero padded from cols to ld. Vector copies inline: at T = 32 a library memcpy call per row cost
+// more than the row.
+template <class Arch>
+void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * stride;
+    float* y = dst + r * ld;
+    int64_t c = 0;
+    for (; c + W <= cols; c += W) B::load_unaligned(x + c).store_unaligned(y + c);
+    for (; c < cols; ++c) y[c] = x[c];
+    for (; c < ld; ++c) y[c] = 0.0f;
+  }
+}
+
+// The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
+// from rows to ld. With AVX, 8 x 8 blocks are transposed in registers (a scalar transpose of K and V
+// was a fifth of the backward at T = 32); the edges are scalar.
+inline void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld,
+                            float* dst) {
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
+  int64_t r0 = 0;
+#if defined(__AVX__)
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      __m256 x[8], t[8];
+      for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(src + (r0 + i) * stride + c0);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        x[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        x[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        x[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        x[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (c0 + i) * ld + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (c0 + i + 4) * ld + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x31));
+      }
+    }
+    for (int64_t r = r0; r < r0 + 8; ++r)
+      for (int64_t c = c0; c < cols; ++c) dst[c * ld + r] = src[r * stride + c];
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * stride + c];
+}
+
+// y[0, n) = x[0, n), or += when the gradient y already holds one (x null: zeros).
+template <class Arch>
+TG_INLINE void put_row(int64_t n, const float* x, float* y, bool overwrite) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  if (!x) {
+    if (overwrite) std::fill(y, y + n, 0.0f);
+    return;
+  }
+  int64_t c = 0;  // (rows are short: a library memcpy call cost more than the copy)
+  if (overwrite) {
+    for (; c + W <= n; c += W) B::load_unaligned(x + c).store_unaligned(y + c);
+    for (; c < n; ++c) y[c] = x[c];
+    return;
+  }
+  for (; c + W <= n; c += W) (B::load_unaligned(y + c) + B::load_unaligned(x + c)).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] += x[c];
+}
+
+// y[0, n) = k x[0, n) (x may be y).
+template <class Arch>
+TG_INLINE void scale_row(int64_t n, const float* x, float k, float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B kb(k);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) (B::load_unaligned(x + c) * kb).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] = x[c] * k;
+}
+
+// x . y over n floats.
+template <class Arch>
+TG_INLINE float dot(int64_t n, const float* x, const float* y) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) a0 = xsimd::fma(B::load_unaligned(x + c), B::load_unaligned(y + c), a0);
+  if (c < n) a1 = load_tail<Arch>(x + c, n - c, 0.0f) * load_tail<Arch>(y + c, n - c, 0.0f);
+  return hsum<Arch>(a0 + a1);
+}
+
+// The keys of block [j0, j0 + n) that query row i sees: the first `active` of them.
+inline int64_t active_keys(const AttentionLayout& l, int64_t i, int64_t j0, int64_t n) {
+  if (!l.causal) return n;
+  return std::clamp<int64_t>(i + (l.Tk - l.Tq) + 1 - j0, 0, n);
+}
+
+// The last key (exclusive) any of query rows [i0, i1) sees.
+inline int64_t key_end(const AttentionLayout& l, int64_t i1) {
+  if (!l.causal) return l.Tk;
+  return std::clamp<int64_t>(i1 - 1 + (l.Tk - l.Tq) + 1, 0, l.Tk);
+}
+
+// s[0, n) += mask[0, n), returns max(s[0, n)) (-inf for n == 0).
+template <class Arch>
+TG_INLINE float mask_max(int64_t n, const float* mask, float* s) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  B m0(-kInf), m1(-kInf);
+  int64_t c = 0;
+  if (mask) {
+    for (; c + W <= n; c += W) {
+      const B v = B::load_unaligned(s + c) + B::load_unaligned(mask + c);
+      v.store_unaligned(s + c);
+      m0 = xsimd::max(m0, v);
+    }
+    if (c < n) {
+      const B v = load_tail<Arch>(s + c, n - c, -kInf) + load_tail<Arch>(mask + c, n - c, 0.0f);
+      store_tail<Arch>(s + c, n - c, v);
+      m1 = v;
+    }
+  } else {
+    for (; c + W <= n; c += W) m0 = xsimd::max(m0, B::load_unaligned(s + c));
+    if (c < n) m1 = load_tail<Arch>(s + c, n - c, -kInf);
+  }
+  return hmax<Arch>(xsimd::max(m0, m1));
+}
+
+// s[c] = exp(s[c] - shift) for c < n, returns their sum.
+template <class Arch>
+TG_INLINE float exp_sum(int64_t n, float shift, float* s) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const B sh(shift);
+  B a0(0.0f), a1(0.0f);
+  int64_t c = 0;
+  for (; c + 2 * W <= n; c += 2 * W) {
+    const B e0 = exp_nonpositive<Arch>(B::load_unaligned(s + c) - sh);
+    const B e1 = exp_nonpositive<Arch>(B::load_unaligned(s + c + W) - sh);
+    e0.store_unaligned(s + c);
+    e1.store_unaligned(s + c + W);
+    a0 += e0;
+    a1 += e1;
+  }
+  for (; c < n; c += W) {
+    const int64_t m = std::min<int64_t>(W, n - c);
+    const B e = exp_nonpositive<Arch>(load_tail<Arch>(s + c, m, -kInf) - sh);  // padding -> 0
+    store_tail<Arch>(s + c, m, e);
+    a0 += e;
+  }
+  return hsum<Arch>(a0 + a1);
+}
+
+// Weights w[c] of row i (key j0 + c) times their dropout factor (0 or 1 / (1 - p)).
+inline void apply_dropout(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                          float* w) {
+  const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
+  const float keep = float(1.0 / (1.0 - l.dropout));
+  for (int64_t c = 0; c < n; ++c)
+    w[c] = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? w[c] * keep : 0.0f;
+}
+
+template <class Arch>
+void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v, float* o,
+                      float* lse) {
+  constexpr int64_t W = Batch<Arch>::size;
+  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || l.dv <= 0) return;
+  const int64_t heads = l.B * l.H, qblocks = (l.Tq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t dvp = gemm_detail::round_up(l.dv, W), kb = std::min(kKeyBlock, std::max<int64_t>(l.Tk, 1));
+  const int64_t kbp = key_block_ld<Arch>(kb);
+  const float scale = float(l.scale);
+  const float* mask_base = static_cast<const float*>(l.mask);
+  const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
+  parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
+    Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(kb * dvp), s(kQueryBlock * kbp), acc(kQueryBlock * dvp),
+        mrow(kQueryBlock), lrow(kQueryBlock);
+    for (int64_t item = item0; item < item1; ++item) {
+      const int64_t bh = item / qblocks, b = bh / l.H, h = bh % l.H;
+      const int64_t i0 = (item % qblocks) * kQueryBlock, rows = std::min(kQueryBlock, l.Tq - i0);
+      const float* qb = q + b * l.q.b + h * l.q.h + i0 * l.q.t;
+      const float* kh = k + b * l.k.b + h * l.k.h;
+      const float* vh = v + b * l.v.b + h * l.v.h;
+      std::fill(mrow.p, mrow.p + rows, -kInf);
+      std::fill(lrow.p, lrow.p + rows, 0.0f);
+      const int64_t jend = key_end(l, i0 + rows);
+      for (int64_t j0 = 0; j0 < jend; j0 += kb) {
+        const int64_t n = std::min(kb, jend - j0);
+        // S = scale * Q K^T for this block (K^T packed: the micro-kernel's B)
+        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
+        if (l.dk > 0)
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, kt.p, kbp, 0.0f, s.p, kbp);
+        else
+          for (int64_t r = 0; r < rows; ++r) std::fill(s.p + r * kbp, s.p + r * kbp + n, 0.0f);
+        // Online softmax: row r's running max m and sum l; its partial output rescaled when m grows.
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
+          float* sr = s.p + r * kbp;
+          const float* mr =
+              mask_base ? mask_base + b * l.mask_strides.b + h * l.mask_strides.h + i * l.mask_strides.t + j0
+                        : nullptr;
+          const float m_new = std::max(mrow.p[r], mask_max<Arch>(active, mr, sr));
+          if (m_new == -kInf) {  // nothing seen yet: the row contributes zeros
+            std::fill(sr, sr + n, 0.0f);
+            continue;
+          }
+          const float sum = exp_sum<Arch>(active, m_new, sr);
+          std::fill(sr + active, sr + n, 0.0f);
+          const float rescale = std::exp(mrow.p[r] - m_new);  // 0 on the row's first keys
+          if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc.p + r * dvp, rescale, acc.p + r * dvp);
+          lrow.p[r] = lrow.p[r] * rescale + sum;
+          mrow.p[r] = m_new;
+          if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
+        }
+        // O += P V
+        pack_rows<Arch>(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
+        tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vp.p, dvp, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = o + b * l.o.b + h * l.o.h + (i0 + r) * l.o.t;
+        float& row_lse = lse[bh * l.Tq + i0 + r];
+        if (lrow.p[r] == 0.0f || jend == 0) {  // no key seen: zeros, as softmax defines such a row
+          std::fill(orow, orow + l.dv, 0.0f);
+          row_lse = kInf;
+          continue;
+        }
+        scale_row<Arch>(l.dv, acc.p + r * dvp, 1.0f / lrow.p[r], orow);
+        row_lse = mrow.p[r] + std::log(lrow.p[r]);
+      }
+    }
+  });
+}
+
+// One (query block, key block) tile of the backward, in place: p holds s = scale * Q K^T and
+// becomes the weights P (dropout applied), ds holds dP = dO V^T and becomes dS = w (drop'(dP) - D).
+template <class Arch>
+void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                             int64_t j0, int64_t n, int64_t kbp, const float* lse, const float* D, float* p,
+                             float* ds) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  const float* mask_base = static_cast<const float*>(l.mask);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
+    float *pr = p + r * kbp, *dr = ds + r * kbp;
+    const float row_lse = lse[i];
+    if (row_lse == kInf || active == 0) {  // a row of zeros, or keys it does not see: no gradient
+      std::fill(pr, pr + n, 0.0f);
+      std::fill(dr, dr + n, 0.0f);
+      continue;
+    }
+    const float* mr =
+        mask_base ? mask_base + b * l.mask_strides.b + h * l.mask_strides.h + i * l.mask_strides.t + j0
+                  : nullptr;
+    const B sh(row_lse), dd(D[i]);
+    const bool dropout = l.dropout > 0;
+    // w = exp(s + mask - lse) (s <= lse up to rounding), ds = w (dp - D); the tail padded.
+    auto step = [&](const B& s_in, const B& mask_v, const B& dp, B& w, B& g) {
+      w = exp_nonpositive<Arch>(xsimd::min(s_in + mask_v - sh, B(0.0f)));
+      g = w * (dp - dd);
+    };
+    int64_t c = 0;
+    for (; c + W <= active; c += W) {
+      B w, g;
+      step(B::load_unaligned(pr + c), mr ? B::load_unaligned(mr + c) : B(0.0f), B::load_unaligned(dr + c), w,
+           g);
+      w.store_unaligned(pr + c);
+      if (!dropout) g.store_unaligned(dr + c);
+    }
+    if (c < active) {
+      const int64_t m = active - c;
+      B w, g;
+      step(load_tail<Arch>(pr + c, m, -kInf), mr ? load_tail<Arch>(mr + c, m, 0.0f) : B(0.0f),
+           load_tail<Arch>(dr + c, m, 0.0f), w, g);
+      store_tail<Arch>(pr + c, m, w);
+      if (!dropout) store_tail<Arch>(dr + c, m, g);
+    }
+    if (dropout) {
+      const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
+      const float keep = float(1.0 / (1.0 - l.dropout));
+      for (int64_t c = 0; c < active; ++c) {
+        const float f = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? keep : 0.0f;
+        dr[c] = pr[c] * (f * dr[c] - D[i]);
+        pr[c] *= f;
+      }
+    }
+    std::fill(pr + active, pr + n, 0.0f);
+    std::fill(dr + active, dr + n, 0.0f);
+  }
+}
+
+template <class Arch>
+void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v,
+                       const float* o, const float* lse, const float* dout, GradOutput<float> dq_out,
+                       GradOutput<float> dk_out, GradOutput<float> dv_out) {
+  constexpr int64_t W = Batch<Arch>::size;
+  float *dq = dq_out.data, *dk = dk_out.data, *dv = dv_out.data;
+  if (l.B <= 0 || l.H <= 0 || l.Tq <= 0 || (!dq && !dk && !dv)) return;
+  if (l.Tk <= 0) {  // no keys: dq is zero (dk, dv are empty)
+    for (int64_t bh = 0; dq && bh < l.B * l.H; ++bh)
+      for (int64_t i = 0; i < l.Tq; ++i)
+        put_row<Arch>(l.dk, nullptr, dq + (bh / l.H) * l.dq.b + (bh % l.H) * l.dq.h + i * l.dq.t,
+                      dq_out.overwrite);
+    return;
+  }
+  const int64_t heads = l.B * l.H, dkp = gemm_detail::round_up(std::max<int64_t>(l.dk, 1), W);
+  const int64_t dvp = gemm_detail::round_up(std::max<int64_t>(l.dv, 1), W);
+  const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = key_block_ld<Arch>(kb);
+  const int64_t qb = std::min(kQueryBlock, l.Tq);
+  const float scale = float(l.scale);
+  const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
+  parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
+    // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
+    // dV's accumulators. Per tile: P and dS.
+    Scratch qp(l.Tq * dkp), kp(l.Tk * dkp), dop(l.Tq * dvp);
+    Scratch dqacc(l.Tq * dkp), D(l.Tq);
+    Scratch kt(dkp * kbp), vt(dvp * kbp), dkacc(kb * dkp), dvacc(kb * dvp), p(qb * kbp), ds(qb * kbp);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / l.H, h = bh % l.H;
+      const float* qh = q + b * l.q.b + h * l.q.h;
+      const float* kh = k + b * l.k.b + h * l.k.h;
+      const float* vh = v + b * l.v.b + h * l.v.h;
+      const float* oh = o + b * l.o.b + h * l.o.h;
+      const float* doh = dout + b * l.o.b + h * l.o.h;
+      const float* lse_h = lse + bh * l.Tq;
+      // Q, K, dO packed dense: read in place, rows a power-of-two stride apart (2 KiB for 8 heads of
+      // 64) fall into a few L1 sets and evict each other (measured: a third slower at T = 512).
+      pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
+      pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
+      pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+      const float *qr = qp.p, *kr = kp.p, *dor = dop.p;
+      const int64_t ldq = dkp, ldk = dkp, ldo = dvp;
+      for (int64_t i = 0; i < l.Tq; ++i)
+        D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
+      std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
+      for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
+        const int64_t n = std::min(kb, l.Tk - j0);
+        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
+        pack_transposed(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt.p);
+        bool first = true;  // the block's dK, dV accumulators are written by the first tile
+        for (int64_t i0 = 0; i0 < l.Tq; i0 += qb) {
+          const int64_t rows = std::min(qb, l.Tq - i0);
+          if (key_end(l, i0 + rows) <= j0) continue;  // causal: no row of the block sees these keys
+          // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
+          if (l.dk == 0) std::fill(p.p, p.p + rows * kbp, 0.0f);
+          if (l.dv == 0) std::fill(ds.p, ds.p + rows * kbp, 0.0f);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt.p, kbp, 0.0f, p.p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt.p, kbp, 0.0f, ds.p, kbp);
+          weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D.p, p.p, ds.p);
+          const float beta = first ? 0.0f : 1.0f;
+          if (dv)
+            tile_gemm<Arch, true>(n, dvp, rows, 1.0f, p.p, kbp, dor + i0 * ldo, ldo, beta, dvacc.p, dvp);
+          if (dk)
+            tile_gemm<Arch, true>(n, dkp, rows, scale, ds.p, kbp, qr + i0 * ldq, ldq, beta, dkacc.p, dkp);
+          if (dq)
+            tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, 1.0f,
+                                   dqacc.p + i0 * dkp, dkp);
+          first = false;
+        }
+        // (first still set: causal, no query sees these keys, so their gradients are zero)
+        for (int64_t j = 0; j < n; ++j) {
+          if (dv)
+            put_row<Arch>(l.dv, first ? nullptr : dvacc.p + j * dvp,
+                          dv + b * l.dv_.b + h * l.dv_.h + (j0 + j) * l.dv_.t, dv_out.overwrite);
+          if (dk)
+            put_row<Arch>(l.dk, first ? nullptr : dkacc.p + j * dkp,
+                          dk + b * l.dk_.b + h * l.dk_.h + (j0 + j) * l.dk_.t, dk_out.overwrite);
+        }
+      }
+      if (dq)
+        for (int64_t i = 0; i < l.Tq; ++i)
+          put_row<Arch>(l.dk, dqacc.p + i * dkp, dq + b * l.dq.b + h * l.dq.h + i * l.dq.t, dq_out.overwrite);
+    }
+  });
+}
+
+// The float32 versions of these kernel-list rows.
+TG_SIMD_KERNEL(sdpa_forward, sdpa_forward_f32)
+TG_SIMD_KERNEL(sdpa_backward, sdpa_backward_f32)
+
+}  // namespace
+}  // namespace tapegrad::kernels::simd
+
+TG_SIMD_SILENCE_GCC_PR105593_END
