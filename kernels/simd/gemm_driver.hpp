@@ -338,7 +338,8 @@ struct GemmDriver {
       }
       for (; j + W <= N; j += W) {
         V c0(T(0));
-        for (int64_t k = 0; k < K; ++k) c0 = xsimd::fma(V(a[k * as]), V::load_unaligned(pr.b + k * pr.b_ks + j), c0);
+        for (int64_t k = 0; k < K; ++k)
+          c0 = xsimd::fma(V(a[k * as]), V::load_unaligned(pr.b + k * pr.b_ks + j), c0);
         put_vector(j, c0);
       }
       for (; j < N; ++j) {
@@ -381,7 +382,8 @@ struct GemmDriver {
     for (; j < N; ++j) {
       const T* b = pr.b + j * pr.b_js;
       V s0(T(0));
-      for (int64_t k = 0; k < kv; k += W) s0 = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(b + k), s0);
+      for (int64_t k = 0; k < kv; k += W)
+        s0 = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(b + k), s0);
       put(j, xsimd::hadd(s0) + dot_tail(b, kv));
     }
   }

@@ -211,6 +211,15 @@ void softmax_row(const float* x, const float* mask, float scale, bool plain, int
 // reductions (max -> exp, sum -> 1/sum -> normalise) no longer stalls the pipeline between rows;
 // on 256-column rows that latency was as long as the arithmetic. Loads come before the stores at
 // the same offset (4K aliasing: buffers a multiple of 4 KiB apart).
+// y = v * k, stored streaming (past the caches) when the output is large (see stream_output).
+template <class Arch, bool Stream>
+TG_INLINE void store_scaled(float* y, const Batch<Arch>& v, const Batch<Arch>& k) {
+  if constexpr (Stream)
+    store_stream<Arch>(y, v * k);
+  else
+    (v * k).store_unaligned(y);
+}
+
 template <class Arch, bool Clamp, bool HasPrev, bool Stream>
 TG_INLINE float pipelined_step(int64_t n, const float* xe, float max_e, float* e, const float* xn,
                                MaxMin& next, const float* sp, float kp, float* yp) {
@@ -218,12 +227,7 @@ TG_INLINE float pipelined_step(int64_t n, const float* xe, float max_e, float* e
   constexpr int64_t W = B::size;
   const B s(max_e), k(kp);
   B a0(0.0f), a1(0.0f), m0(-kInf), m1(-kInf), n0(kInf), n1(kInf);
-  auto scale_store = [&](int64_t c, const B& v) {
-    if constexpr (Stream)
-      store_stream<Arch>(yp + c, v * k);
-    else
-      (v * k).store_unaligned(yp + c);
-  };
+  auto scale_store = [&](int64_t c, const B& v) { store_scaled<Arch, Stream>(yp + c, v, k); };
   int64_t c = 0;
   for (; c + 2 * W <= n; c += 2 * W) {
     const B x0 = B::load_unaligned(xe + c), x1 = B::load_unaligned(xe + c + W);
@@ -333,12 +337,7 @@ void scale_and_scan(int64_t n, const float* sp, float kp, float* yp, const float
   constexpr int64_t W = B::size;
   const B k(kp);
   B m0(-kInf), m1(-kInf), n0(kInf), n1(kInf);
-  auto scale_store = [&](int64_t c, const B& v) {
-    if constexpr (Stream)
-      store_stream<Arch>(yp + c, v * k);
-    else
-      (v * k).store_unaligned(yp + c);
-  };
+  auto scale_store = [&](int64_t c, const B& v) { store_scaled<Arch, Stream>(yp + c, v, k); };
   int64_t c = 0;
   if (sp && xn) {
     for (; c + 2 * W <= n; c += 2 * W) {

@@ -294,8 +294,8 @@ constexpr int64_t kStackDepth = 512;
 struct StackedWeightGrad : std::enable_shared_from_this<StackedWeightGrad> {
   Tensor weight;
   int64_t uses = 0, rows = 0, in = 0, out = 0;  // as recorded
-  int64_t pending = 0, filled = 0;             // in the running backward
-  Tensor dy_rows, x_rows;                      // [rows, out], [rows, in] while a backward fills them
+  int64_t pending = 0, filled = 0;              // in the running backward
+  Tensor dy_rows, x_rows;                       // [rows, out], [rows, in] while a backward fills them
 
   StackedWeightGrad(Tensor w, int64_t in_, int64_t out_) : weight(std::move(w)), in(in_), out(out_) {}
 

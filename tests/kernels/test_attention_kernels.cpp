@@ -23,23 +23,12 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/ref/ref.hpp"
+#include "tests/kernels/isa_config.hpp"
 
 namespace k = tapegrad::kernels;
 
 namespace {
 
-struct Config {  // instruction set and thread count for a scope
-  k::Isa old_isa;
-  int old_threads;
-  Config(k::Isa isa, int threads) : old_isa(k::active_isa()), old_threads(k::num_threads()) {
-    k::set_isa(isa);
-    k::set_num_threads(threads);
-  }
-  ~Config() {
-    k::set_isa(old_isa);
-    k::set_num_threads(old_threads);
-  }
-};
 
 enum class Masking { none, key_padding, full, causal, causal_padding, dropout };
 const char* masking_name(Masking m) {

@@ -34,7 +34,8 @@ struct View {
   int64_t offset = 0, span = 0;  // elements of the underlying buffer
 };
 
-View make_view(const std::vector<int64_t>& base, const std::vector<int64_t>& narrow_to, const std::vector<int>& perm) {
+View make_view(const std::vector<int64_t>& base, const std::vector<int64_t>& narrow_to,
+               const std::vector<int>& perm) {
   std::vector<int64_t> bs(base.size());
   int64_t st = 1;
   for (size_t d = base.size(); d-- > 0;) bs[d] = st, st *= base[d];

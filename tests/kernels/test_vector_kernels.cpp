@@ -21,6 +21,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/ref/ref.hpp"
+#include "tests/kernels/isa_config.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/runtime.hpp"
 
@@ -35,19 +36,6 @@ constexpr float kInfF = std::numeric_limits<float>::infinity();
 // The awkward lengths of the issue: 0 where meaningful, 1, around the batch widths, and large.
 const std::vector<int64_t> kSizes = {0, 1, 2, 3, 7, 15, 17, 31, 33, 65, 127, 129, 257, 1000};
 
-// Sets the instruction set and thread count for a scope, restoring both afterwards.
-struct Config {
-  k::Isa old_isa;
-  int old_threads;
-  Config(k::Isa isa, int threads) : old_isa(k::active_isa()), old_threads(k::num_threads()) {
-    k::set_isa(isa);
-    k::set_num_threads(threads);
-  }
-  ~Config() {
-    k::set_isa(old_isa);
-    k::set_num_threads(old_threads);
-  }
-};
 
 std::vector<float> random_vec(int64_t n, float lo, float hi, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -15,14 +15,16 @@ using namespace tapegrad;
 namespace {
 
 // dW = sum over (dy, x) pairs of dy^T x, dy [rows, out], x [rows, in], in float64.
-std::vector<double> sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& uses, int64_t out, int64_t in) {
+std::vector<double> sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& uses, int64_t out,
+                                    int64_t in) {
   std::vector<double> dw(size_t(out * in), 0.0);
   for (const auto& [dy, x] : uses) {
     const std::vector<double> d = dy.to_vector(), xv = x.to_vector();
     const int64_t rows = dy.numel() / out;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i) dw[size_t(o * in + i)] += d[size_t(r * out + o)] * xv[size_t(r * in + i)];
+        for (int64_t i = 0; i < in; ++i)
+          dw[size_t(o * in + i)] += d[size_t(r * out + o)] * xv[size_t(r * in + i)];
   }
   return dw;
 }
