@@ -37,6 +37,7 @@
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
 #include "kernels/simd/math.hpp"
+#include "kernels/simd/softmax.hpp"
 
 TG_SIMD_SILENCE_GCC_PR105593_BEGIN
 
@@ -225,29 +226,10 @@ TG_INLINE float mask_max(int64_t n, const float* mask, float* s) {
   return hmax<Arch>(xsimd::max(m0, m1));
 }
 
-// s[c] = exp(s[c] - shift) for c < n, returns their sum.
+// s[c] = exp(s[c] - shift) for c < n (every s[c] <= shift), returns their sum: softmax's pass, in place.
 template <class Arch>
 TG_INLINE float exp_sum(int64_t n, float shift, float* s) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
-  const B sh(shift);
-  B a0(0.0f), a1(0.0f);
-  int64_t c = 0;
-  for (; c + 2 * W <= n; c += 2 * W) {
-    const B e0 = exp_nonpositive<Arch>(B::load_unaligned(s + c) - sh);
-    const B e1 = exp_nonpositive<Arch>(B::load_unaligned(s + c + W) - sh);
-    e0.store_unaligned(s + c);
-    e1.store_unaligned(s + c + W);
-    a0 += e0;
-    a1 += e1;
-  }
-  for (; c < n; c += W) {
-    const int64_t m = std::min<int64_t>(W, n - c);
-    const B e = exp_nonpositive<Arch>(load_tail<Arch>(s + c, m, -kInf) - sh);  // padding -> 0
-    store_tail<Arch>(s + c, m, e);
-    a0 += e;
-  }
-  return hsum<Arch>(a0 + a1);
+  return exp_shift_sum<Arch, true>(s, shift, n, s);
 }
 
 // Weights w[c] of row i (key j0 + c) times their dropout factor (0 or 1 / (1 - p)).
