@@ -29,7 +29,6 @@ namespace k = tapegrad::kernels;
 
 namespace {
 
-
 enum class Masking { none, key_padding, full, causal, causal_padding, dropout };
 const char* masking_name(Masking m) {
   switch (m) {
