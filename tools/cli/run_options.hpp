@@ -15,7 +15,7 @@ struct RunArgs {
   train::TrainOptions o;
   std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
               attention = "additive", schedule = "cosine", tokens = "chars";
-  bool pre_ln = false;
+  bool pre_ln = false, tie_embeddings = false;
   CLI::Option* dropout = nullptr;
 };
 
