@@ -130,8 +130,8 @@ void ModelConfig::validate(ConfigNames names) const {
     throw Error(field("max_len", "max_len", std::to_string(max_len)) + ": at most " +
                 std::to_string(kMaxPositions) + " positions");
   if (tie_embeddings && kind != ModelKind::transformer)
-    throw Error(std::string(cli ? "--tie-embeddings" : "tie_embeddings") + ": only for the transformer, not " +
-                model_name(kind));
+    throw Error(std::string(cli ? "--tie-embeddings" : "tie_embeddings") +
+                ": only for the transformer, not " + model_name(kind));
   if (kind == ModelKind::transformer && d_model % heads != 0)
     throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
                 field("heads", "--heads", std::to_string(heads)));

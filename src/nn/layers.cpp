@@ -67,7 +67,8 @@ Tensor PositionalEncoding::forward(const Tensor& x, int64_t offset) const {
 
 Activation parse_activation(const std::string& name) {
   if (name == "relu") return Activation::relu;
-  if (name == "gelu-tanh" || name == "gelu") return Activation::gelu_tanh;  // "gelu": checkpoints before gelu-exact
+  // "gelu": the name of the tanh form before gelu-exact existed, in older checkpoints and commands
+  if (name == "gelu-tanh" || name == "gelu") return Activation::gelu_tanh;
   if (name == "gelu-exact") return Activation::gelu_exact;
   throw Error("activation: unknown '" + name + "' (expected relu, gelu-tanh (alias gelu) or gelu-exact)");
 }
@@ -89,7 +90,7 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, 
 
 Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
   const Tensor h = linear1->forward(x);
-  const Tensor a = act_ == Activation::relu        ? relu(h)
+  const Tensor a = act_ == Activation::relu         ? relu(h)
                    : act_ == Activation::gelu_exact ? gelu(h, GeluApprox::exact)
                                                     : gelu(h, GeluApprox::tanh);
   return linear2->forward(drop->forward(a, gen));

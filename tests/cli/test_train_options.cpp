@@ -17,7 +17,9 @@ namespace {
 using tapegrad::test::Run;
 using tapegrad::test::run;
 
-std::string temp_dir(const std::string& name) { return tapegrad::test::temp_dir("model-options", name); }
+std::string temp_dir(const std::string& name) {
+  return tapegrad::test::temp_dir("model-options", name);
+}
 
 const std::string kTiny =
     "train --task copy --min-len 3 --max-len 4 --d-model 16 --hidden 16 --layers 1 --heads 2 --d-ff 32 "
@@ -32,19 +34,22 @@ int64_t logged_parameters(const std::string& out) {
 
 }  // namespace
 
-TEST_CASE("train --help says which GELU, which attention score and what --tie-embeddings ties", "[cli][options]") {
+TEST_CASE("train --help says which GELU, which attention score and what --tie-embeddings ties",
+          "[cli][options]") {
   const Run help = run("train --help");
   REQUIRE(help.code == 0);
-  CHECK_THAT(help.out, Catch::Contains("gelu-tanh (the tanh approximation, PyTorch's gelu(approximate='tanh'); "
-                                       "'gelu' is an alias of it)") &&
-                           Catch::Contains("gelu-exact (x Phi(x) with erf, PyTorch's default gelu)"));
+  CHECK_THAT(help.out,
+             Catch::Contains("gelu-tanh (the tanh approximation, PyTorch's gelu(approximate='tanh'); "
+                             "'gelu' is an alias of it)") &&
+                 Catch::Contains("gelu-exact (x Phi(x) with erf, PyTorch's default gelu)"));
   CHECK_THAT(help.out, Catch::Contains("additive (Bahdanau, v^T tanh(W_q s + W_k h))") &&
                            Catch::Contains("general (Luong, s^T W h)") &&
                            Catch::Contains("dot (Luong, s^T h, no parameters)"));
-  CHECK_THAT(help.out, Catch::Contains("--tie-embeddings") &&
-                           Catch::Contains("source and target share one vocabulary, so all three are tied") &&
-                           Catch::Contains("Default: untied, two embeddings and an output projection with its "
-                                           "own weight and bias"));
+  CHECK_THAT(help.out,
+             Catch::Contains("--tie-embeddings") &&
+                 Catch::Contains("source and target share one vocabulary, so all three are tied") &&
+                 Catch::Contains("Default: untied, two embeddings and an output projection with its "
+                                 "own weight and bias"));
 }
 
 TEST_CASE("bad model option values exit 2 with one line naming the choices", "[cli][options][errors]") {
@@ -76,7 +81,8 @@ TEST_CASE("the chosen activation, score and tying reach the checkpoint; tying sh
   INFO(untied.out + tied.out);
   REQUIRE(untied.code == 0);
   REQUIRE(tied.code == 0);
-  const train::LoadedModel u = train::load_checkpoint(dir + "/untied"), t = train::load_checkpoint(dir + "/tied");
+  const train::LoadedModel u = train::load_checkpoint(dir + "/untied"),
+                           t = train::load_checkpoint(dir + "/tied");
   CHECK(u.options.model.activation == nn::Activation::gelu_tanh);
   CHECK(t.options.model.activation == nn::Activation::gelu_exact);
   CHECK(!u.options.model.tie_embeddings);

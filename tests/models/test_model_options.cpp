@@ -36,7 +36,8 @@ train::TrainOptions copy_training(const models::ModelConfig& model, int64_t step
 }
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-options-" + name + "-" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tapegrad-options-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

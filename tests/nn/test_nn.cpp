@@ -42,7 +42,8 @@ TEST_CASE("Linear, LayerNorm, FeedForward gradients", "[nn][gradcheck]") {
   for (auto act : {nn::Activation::relu, nn::Activation::gelu_tanh, nn::Activation::gelu_exact}) {
     CAPTURE(nn::activation_name(act));
     nn::FeedForward ff(4, 7, act, 0.1, g);
-    check_module(ff, {x}, [&] { return ff.forward(x, g); }, std::string("FeedForward ") + nn::activation_name(act));
+    check_module(
+        ff, {x}, [&] { return ff.forward(x, g); }, std::string("FeedForward ") + nn::activation_name(act));
   }
 }
 
@@ -62,7 +63,8 @@ TEST_CASE("FeedForward applies the GELU it is given: tanh approximation or exact
     const Tensor x = mul(Tensor::randn({2, 3}, g, DType::f64), 3.0);
     std::vector<double> h = ff.linear1->forward(x).to_vector();
     for (double& v : h) v = act == nn::Activation::gelu_exact ? exact(v) : tanh_approx(v);
-    const std::vector<double> want = ff.linear2->forward(Tensor::from_vector(h, {2, 40}, DType::f64)).to_vector(),
+    const std::vector<double> want = ff.linear2->forward(Tensor::from_vector(h, {2, 40}, DType::f64))
+                                         .to_vector(),
                               got = ff.forward(x, g).to_vector();
     REQUIRE(got.size() == want.size());
     for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
@@ -75,8 +77,9 @@ TEST_CASE("activation names: gelu reads as gelu-tanh, every name round-trips, un
   for (auto act : {nn::Activation::relu, nn::Activation::gelu_tanh, nn::Activation::gelu_exact})
     CHECK(nn::parse_activation(nn::activation_name(act)) == act);
   CHECK(std::string(nn::activation_name(nn::Activation::gelu_exact)) == "gelu-exact");
-  CHECK_THROWS_WITH(nn::parse_activation("swish"),
-                    Catch::Contains("'swish'") && Catch::Contains("gelu-tanh") && Catch::Contains("gelu-exact"));
+  CHECK_THROWS_WITH(nn::parse_activation("swish"), Catch::Contains("'swish'") &&
+                                                       Catch::Contains("gelu-tanh") &&
+                                                       Catch::Contains("gelu-exact"));
 }
 
 TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn][gradcheck]") {
@@ -195,7 +198,8 @@ TEST_CASE("dot attention has no parameters, scores s^T h_j and refuses unequal s
   const Tensor q = Tensor::randn({2, 3}, g, DType::f64), keys = Tensor::randn({2, 4, 3}, g, DType::f64);
   Tensor w;
   const Tensor ctx = dot.forward(q, keys, dot.precompute(keys), {}, &w);
-  const std::vector<double> qv = q.to_vector(), kv = keys.to_vector(), wv = w.to_vector(), cv = ctx.to_vector();
+  const std::vector<double> qv = q.to_vector(), kv = keys.to_vector(), wv = w.to_vector(),
+                            cv = ctx.to_vector();
   for (int b = 0; b < 2; ++b) {
     std::vector<double> e(4);
     double total = 0;
@@ -203,7 +207,8 @@ TEST_CASE("dot attention has no parameters, scores s^T h_j and refuses unequal s
       for (int d = 0; d < 3; ++d) e[size_t(j)] += qv[size_t(b * 3 + d)] * kv[size_t((b * 4 + j) * 3 + d)];
       total += std::exp(e[size_t(j)]);
     }
-    for (int j = 0; j < 4; ++j) CHECK(wv[size_t(b * 4 + j)] == Approx(std::exp(e[size_t(j)]) / total).margin(1e-12));
+    for (int j = 0; j < 4; ++j)
+      CHECK(wv[size_t(b * 4 + j)] == Approx(std::exp(e[size_t(j)]) / total).margin(1e-12));
     for (int d = 0; d < 3; ++d) {
       double c = 0;
       for (int j = 0; j < 4; ++j) c += wv[size_t(b * 4 + j)] * kv[size_t((b * 4 + j) * 3 + d)];
@@ -216,12 +221,14 @@ TEST_CASE("dot attention has no parameters, scores s^T h_j and refuses unequal s
                         Catch::Contains("key size (6)"));
 }
 
-TEST_CASE("attention score names round-trip; luong reads as general; unknown names list the choices", "[nn]") {
+TEST_CASE("attention score names round-trip; luong reads as general; unknown names list the choices",
+          "[nn]") {
   for (auto score : {nn::AttentionScore::additive, nn::AttentionScore::general, nn::AttentionScore::dot})
     CHECK(nn::parse_score(nn::score_name(score)) == score);
   CHECK(nn::parse_score("luong") == nn::AttentionScore::general);
   CHECK(nn::parse_score("bahdanau") == nn::AttentionScore::additive);
-  CHECK_THROWS_WITH(nn::parse_score("concat"), Catch::Contains("'concat'") && Catch::Contains("additive, general or dot"));
+  CHECK_THROWS_WITH(nn::parse_score("concat"),
+                    Catch::Contains("'concat'") && Catch::Contains("additive, general or dot"));
 }
 
 TEST_CASE("parameters have hierarchical names", "[nn]") {

@@ -87,7 +87,8 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
       ->check(int_range(1, INT64_MAX));
   sub->add_option("--attention", a.attention,
                   "Attention score (attention-rnn): additive (Bahdanau, v^T tanh(W_q s + W_k h)) | general "
-                  "(Luong, s^T W h) | dot (Luong, s^T h, no parameters)")
+                  "(Luong, s^T W h) | dot (Luong, s^T h, no parameters). Checkpoints from before general "
+                  "existed called it dot; they load as general")
       ->capture_default_str();
   sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)")->check(int_range(1, 1024));
   add_seed_option(sub, &o.seed, "Seed for initialisation, data and dropout (an unsigned 64-bit integer)");
