@@ -33,11 +33,17 @@ Result shell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  std::string q = "'";
+  q += p.string();
+  q += '\'';
+  return q;
+}
 
 // An empty directory in the temporary directory, unique to this process.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-outside-" + name + "-" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tapegrad-outside-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -65,7 +71,8 @@ void require_consumer_ran(const Result& run) {
 
 TEST_CASE("a program builds against the installed library with pkg-config alone", "[outside][install]") {
   const fs::path root = fresh_dir("install"), dest = root / "dest";
-  const Result install = shell("meson install -C " + quoted(TAPEGRAD_BUILD_DIR) + " --no-rebuild --destdir " + quoted(dest));
+  const Result install =
+      shell("meson install -C " + quoted(TAPEGRAD_BUILD_DIR) + " --no-rebuild --destdir " + quoted(dest));
   INFO(install.out);
   REQUIRE(install.code == 0);
 
@@ -74,8 +81,8 @@ TEST_CASE("a program builds against the installed library with pkg-config alone"
     if (e.path().filename() == "tapegrad.pc") pc = e.path();
   REQUIRE_FALSE(pc.empty());
   // Only the installed tapegrad.pc is visible; -I and -L point into the DESTDIR.
-  const std::string pkg_config =
-      "PKG_CONFIG_LIBDIR=" + quoted(pc.parent_path()) + " PKG_CONFIG_SYSROOT_DIR=" + quoted(dest) + " pkg-config";
+  const std::string pkg_config = "PKG_CONFIG_LIBDIR=" + quoted(pc.parent_path()) +
+                                 " PKG_CONFIG_SYSROOT_DIR=" + quoted(dest) + " pkg-config";
   const Result flags = shell(pkg_config + " --cflags --libs tapegrad");
   INFO(flags.out);
   REQUIRE(flags.code == 0);
@@ -111,8 +118,8 @@ TEST_CASE("a program builds against the installed library with pkg-config alone"
   CHECK(headers >= 20);
   std::ofstream(root / "all_headers.cpp") << all_headers;
 
-  const std::string cxx = std::string(TAPEGRAD_CXX) + " -std=c++20" +
-                          (kSanitize == "none" ? "" : " -fsanitize=" + kSanitize);
+  const std::string cxx =
+      std::string(TAPEGRAD_CXX) + " -std=c++20" + (kSanitize == "none" ? "" : " -fsanitize=" + kSanitize);
   const Result syntax = shell(cxx + " -fsyntax-only " + quoted(root / "all_headers.cpp") + " " + out);
   CHECK(syntax.code == 0);
   INFO(syntax.out);
@@ -122,7 +129,8 @@ TEST_CASE("a program builds against the installed library with pkg-config alone"
   INFO(build.out);
   REQUIRE(build.code == 0);
   // A shared libtapegrad is found in the DESTDIR (the static one is inside the program already).
-  require_consumer_ran(shell("LD_LIBRARY_PATH=" + quoted(pc.parent_path().parent_path()) + " " + quoted(exe)));
+  require_consumer_ran(
+      shell("LD_LIBRARY_PATH=" + quoted(pc.parent_path().parent_path()) + " " + quoted(exe)));
   fs::remove_all(root);
 }
 
@@ -142,7 +150,8 @@ TEST_CASE("a Meson project uses tapegrad as a subproject", "[outside][subproject
   const Result configured = shell(setup);
   INFO(configured.out);
   REQUIRE(configured.code == 0);
-  CHECK(std::regex_search(configured.out, std::regex("Dependency tapegrad found: YES 0\\.1\\.0 \\(overridden\\)")));
+  CHECK(std::regex_search(configured.out,
+                          std::regex("Dependency tapegrad found: YES 0\\.1\\.0 \\(overridden\\)")));
 
   const Result built = shell("ninja -C " + quoted(build));
   INFO(built.out);
