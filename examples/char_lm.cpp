@@ -89,19 +89,28 @@ bool parse_options(int argc, char** argv, Options& o) {
     if (i + 1 >= argc) return std::fprintf(stderr, "char_lm: option %s needs a value\n", name.c_str()), false;
     const std::string value = argv[++i];
     try {
-      if (name == "--steps") o.steps = std::stoi(value);
-      else if (name == "--hidden") o.hidden = std::stoi(value);
-      else if (name == "--length") o.length = std::stoi(value);
-      else if (name == "--temperature") o.temperature = std::stod(value);
-      else if (name == "--seed") o.seed = std::stoull(value);
-      else if (name == "--text") o.text_file = value;
-      else return std::fprintf(stderr, "char_lm: unknown option %s\n", name.c_str()), false;
+      if (name == "--steps")
+        o.steps = std::stoi(value);
+      else if (name == "--hidden")
+        o.hidden = std::stoi(value);
+      else if (name == "--length")
+        o.length = std::stoi(value);
+      else if (name == "--temperature")
+        o.temperature = std::stod(value);
+      else if (name == "--seed")
+        o.seed = std::stoull(value);
+      else if (name == "--text")
+        o.text_file = value;
+      else
+        return std::fprintf(stderr, "char_lm: unknown option %s\n", name.c_str()), false;
     } catch (const std::exception&) {
-      return std::fprintf(stderr, "char_lm: option %s: not a number: %s\n", name.c_str(), value.c_str()), false;
+      return std::fprintf(stderr, "char_lm: option %s: not a number: %s\n", name.c_str(), value.c_str()),
+             false;
     }
   }
   if (o.steps < 1 || o.hidden < 1 || o.length < 0 || !(o.temperature > 0))
-    return std::fprintf(stderr, "char_lm: --steps and --hidden must be >= 1, --length >= 0, --temperature > 0\n"),
+    return std::fprintf(stderr,
+                        "char_lm: --steps and --hidden must be >= 1, --length >= 0, --temperature > 0\n"),
            false;
   return true;
 }
@@ -113,7 +122,9 @@ struct Vocabulary {
     std::sort(chars.begin(), chars.end());
     chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
   }
-  int32_t id(char c) const { return int32_t(std::lower_bound(chars.begin(), chars.end(), c) - chars.begin()); }
+  int32_t id(char c) const {
+    return int32_t(std::lower_bound(chars.begin(), chars.end(), c) - chars.begin());
+  }
   int64_t size() const { return int64_t(chars.size()); }
 };
 
@@ -127,7 +138,8 @@ class CharLM : public nn::Module {
  public:
   CharLM(int64_t vocab, int64_t hidden, Generator& gen)
       : embed(register_module("embed", std::make_shared<nn::Embedding>(vocab, 32, gen))),
-        rnn(register_module("rnn", std::make_shared<nn::RnnStack>(nn::CellKind::gru, 32, hidden, 1, 0.0, gen))),
+        rnn(register_module("rnn",
+                            std::make_shared<nn::RnnStack>(nn::CellKind::gru, 32, hidden, 1, 0.0, gen))),
         head(register_module("head", std::make_shared<nn::Linear>(hidden, vocab, gen))) {}
 
   // The whole sequence at once (training and evaluation): backward runs through every time step.
@@ -172,9 +184,9 @@ double held_out_loss(CharLM& model, const std::vector<int32_t>& ids, size_t begi
     x.insert(x.end(), ids.begin() + long(start), ids.begin() + long(start) + len);
     y.insert(y.end(), ids.begin() + long(start) + 1, ids.begin() + long(start) + len + 1);
   }
-  const double loss =
-      cross_entropy(model.forward(Tensor::from_ids(x, {windows, len}), gen), Tensor::from_ids(y, {windows, len}))
-          .item();
+  const double loss = cross_entropy(model.forward(Tensor::from_ids(x, {windows, len}), gen),
+                                    Tensor::from_ids(y, {windows, len}))
+                          .item();
   model.train();
   return loss;
 }
@@ -203,7 +215,8 @@ int main(int argc, char** argv) {
     text = all.str();
   }
   constexpr int kBatch = 16, kLen = 64;  // 16 windows of 64 characters per step
-  if (text.size() < 20 * kLen) return std::fprintf(stderr, "char_lm: the text needs at least %d characters\n", 20 * kLen), 2;
+  if (text.size() < 20 * kLen)
+    return std::fprintf(stderr, "char_lm: the text needs at least %d characters\n", 20 * kLen), 2;
 
   const Vocabulary vocab(text);
   std::vector<int32_t> ids;
@@ -219,8 +232,8 @@ int main(int argc, char** argv) {
   const double base_lr = 0.01, max_grad_norm = 1.0;
   const int warmup = std::max(1, opt.steps / 20);
   std::printf("text: %s, %zu characters (%zu train, %zu held out), %lld distinct\n",
-              opt.text_file.empty() ? "built-in" : opt.text_file.c_str(), ids.size(), split, ids.size() - split,
-              (long long)vocab.size());
+              opt.text_file.empty() ? "built-in" : opt.text_file.c_str(), ids.size(), split,
+              ids.size() - split, (long long)vocab.size());
   std::printf("model: embedding 32, GRU %d, linear head; %lld parameters; %d steps of %d x %d characters\n",
               opt.hidden, (long long)model.parameter_count(), opt.steps, kBatch, kLen);
   std::printf("a model that knows nothing has perplexity %lld (a uniform guess among the characters)\n",
@@ -234,7 +247,7 @@ int main(int argc, char** argv) {
     optimizer.set_lr(optim::learning_rate(optim::Schedule::cosine, base_lr, step, warmup, opt.steps, 0.1));
     const auto [x, y] = random_batch(ids, 0, split, kBatch, kLen, gen);
     const Tensor batch_loss = cross_entropy(model.forward(x, gen), y);
-    backward(batch_loss);                                                // every parameter's .grad
+    backward(batch_loss);                                                    // every parameter's .grad
     const double grad_norm = optim::clip_grad_norm(weights, max_grad_norm);  // rescale if the norm is > 1
     optimizer.step();
     optimizer.zero_grad();
@@ -242,9 +255,10 @@ int main(int argc, char** argv) {
     if (step == 1) first_loss = loss;
     if (step == 1 || step % 25 == 0 || step == opt.steps) {
       last_held_out = held_out_loss(model, ids, split, ids.size(), kLen, gen);
-      std::printf("step %4d  lr %.4f  grad norm %5.2f  train loss %.3f  perplexity %5.2f  |  held-out loss %.3f  "
-                  "perplexity %5.2f\n",
-                  step, optimizer.lr(), grad_norm, loss, std::exp(loss), last_held_out, std::exp(last_held_out));
+      std::printf(
+          "step %4d  lr %.4f  grad norm %5.2f  train loss %.3f  perplexity %5.2f  |  held-out loss %.3f  "
+          "perplexity %5.2f\n",
+          step, optimizer.lr(), grad_norm, loss, std::exp(loss), last_held_out, std::exp(last_held_out));
       std::fflush(stdout);
     }
   }

@@ -38,7 +38,8 @@ namespace {
 // dy/dx, a plausible slip, to show that gradcheck notices.
 Tensor swish(const Tensor& x, const Tensor& beta, bool wrong_backward = false) {
   if (beta.ndim() != 1 || x.ndim() < 1 || x.size(-1) != beta.size(0))
-    throw ShapeError("swish: expected x [.., C] and beta [C], got " + x.describe() + " and " + beta.describe());
+    throw ShapeError("swish: expected x [.., C] and beta [C], got " + x.describe() + " and " +
+                     beta.describe());
   Tensor s, y;
   {
     NoGrad no_grad;
@@ -50,7 +51,8 @@ Tensor swish(const Tensor& x, const Tensor& beta, bool wrong_backward = false) {
       // Backward runs with recording off, so these ops are plain arithmetic.
       const Tensor ds = mul(s, 1.0 - s);  // sigmoid' = s (1 - s)
       if (x.requires_grad()) {
-        const Tensor local = wrong_backward ? s : add(s, mul(mul(beta, x), ds));  // dy/dx = s + beta x s (1 - s)
+        const Tensor local =
+            wrong_backward ? s : add(s, mul(mul(beta, x), ds));  // dy/dx = s + beta x s (1 - s)
         accumulate_grad(x, mul(dy, local));
       }
       if (beta.requires_grad()) {
@@ -75,8 +77,9 @@ bool check_gradients() {
   if (!right.ok) std::printf("  %s\n", right.message.c_str());
   // The same check with beta held constant: the closure must skip inputs that do not require grad.
   const Tensor fixed_beta = beta.detach();
-  const GradcheckResult x_only = gradcheck(
-      [&](const std::vector<Tensor>& in) { return swish(in[0], fixed_beta); }, {x}, {}, "swish (beta constant)");
+  const GradcheckResult x_only =
+      gradcheck([&](const std::vector<Tensor>& in) { return swish(in[0], fixed_beta); }, {x}, {},
+                "swish (beta constant)");
   std::printf("gradcheck swish, beta constant, float64: %s\n", x_only.ok ? "passed" : "FAILED");
   const GradcheckResult wrong =
       gradcheck([](const std::vector<Tensor>& in) { return swish(in[0], in[1], /*wrong_backward=*/true); },

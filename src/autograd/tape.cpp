@@ -43,7 +43,9 @@ ObserveScope::ObserveScope(TapeObserver& observer) { t_observers.push_back(&obse
 ObserveScope::~ObserveScope() { t_observers.pop_back(); }
 
 const char* op_name(OpKind op) { return kOpNames[size_t(op)]; }
-const char* entry_name(const TapeEntry& entry) { return entry.name.empty() ? op_name(entry.op) : entry.name.c_str(); }
+const char* entry_name(const TapeEntry& entry) {
+  return entry.name.empty() ? op_name(entry.op) : entry.name.c_str();
+}
 
 void Tape::clear() {
   entries_.clear();

@@ -226,7 +226,8 @@ TEST_CASE("record_custom: a user-defined op is recorded, named and differentiate
   const GradcheckResult ok = gradcheck([](const std::vector<Tensor>& in) { return cube(in[0]); }, {x2});
   CHECK(ok.ok);
   CHECK(ok.ops_seen == std::vector<OpKind>{OpKind::custom});
-  const GradcheckResult bad = gradcheck([](const std::vector<Tensor>& in) { return cube(in[0], true); }, {x2});
+  const GradcheckResult bad =
+      gradcheck([](const std::vector<Tensor>& in) { return cube(in[0], true); }, {x2});
   CHECK_FALSE(bad.ok);
   // Not recorded when no input requires grad.
   tape.clear();
@@ -239,12 +240,15 @@ TEST_CASE("record_custom refuses a nameless op and an output that already requir
           "[autograd][custom][errors]") {
   Tensor x = param({1.0, 2.0}, {2});
   const auto noop = [](const Tensor&) {};
-  CHECK_THROWS_WITH(record_custom("", {x}, Tensor::ones({2}, DType::f64), noop), Catch::Contains("needs a name"));
-  CHECK_THROWS_WITH(record_custom("twice", {x}, Tensor(), noop), Catch::Contains("twice") && Catch::Contains("undefined"));
+  CHECK_THROWS_WITH(record_custom("", {x}, Tensor::ones({2}, DType::f64), noop),
+                    Catch::Contains("needs a name"));
+  CHECK_THROWS_WITH(record_custom("twice", {x}, Tensor(), noop),
+                    Catch::Contains("twice") && Catch::Contains("undefined"));
   // The forward ran with recording on: its own entries already carry the gradient.
   const Tensor recorded = mul(x, 2.0);
-  CHECK_THROWS_WITH(record_custom("twice", {x}, recorded, noop),
-                    Catch::Contains("twice") && Catch::Contains("already requires grad") && Catch::Contains("NoGrad"));
+  CHECK_THROWS_WITH(
+      record_custom("twice", {x}, recorded, noop),
+      Catch::Contains("twice") && Catch::Contains("already requires grad") && Catch::Contains("NoGrad"));
   // A parameter is not an op's result.
   CHECK_THROWS_WITH(record_custom("twice", {x}, x, noop), Catch::Contains("already requires grad"));
   backward(sum(recorded));  // frees the tape this test wrote
