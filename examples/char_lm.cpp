@@ -14,7 +14,8 @@
 //   build/examples/char_lm --steps 2000 --hidden 256 --text /usr/share/common-licenses/GPL-3
 //
 // Options: --steps N, --hidden H, --text FILE, --temperature T, --length N (characters to sample),
-// --seed S. Exits 1 when the held-out perplexity did not at least halve, 2 on a bad option.
+// --seed S. Exits 1 when the held-out perplexity did not at least halve, 2 on a bad option or an
+// unreadable or too short text.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -125,6 +126,7 @@ struct Vocabulary {
   int32_t id(char c) const {
     return int32_t(std::lower_bound(chars.begin(), chars.end(), c) - chars.begin());
   }
+  bool contains(char c) const { return std::binary_search(chars.begin(), chars.end(), c); }
   int64_t size() const { return int64_t(chars.size()); }
 };
 
@@ -203,7 +205,7 @@ int32_t sample(const Tensor& logits, double temperature, Generator& gen) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int train_and_sample(int argc, char** argv) {
   Options opt;
   if (!parse_options(argc, argv, opt)) return 2;
   std::string text = kBuiltinText;
@@ -270,7 +272,9 @@ int main(int argc, char** argv) {
   {
     NoGrad no_grad;
     model.eval();
-    const std::string prompt = "The ";
+    std::string prompt = "The ";  // or, for a text without these characters, its first character
+    if (!std::all_of(prompt.begin(), prompt.end(), [&](char c) { return vocab.contains(c); }))
+      prompt = text.substr(0, 1);
     std::vector<nn::RnnState> state = model.rnn->initial_states(1, DType::f32);
     Tensor logits;
     for (char c : prompt) logits = model.step(vocab.id(c), state, gen);
@@ -287,4 +291,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return train_and_sample(argc, argv);
+  } catch (const Error& e) {  // the library reports bad input (a shape, a value) with one clear line
+    std::fprintf(stderr, "char_lm: %s\n", e.what());
+    return 2;
+  }
 }

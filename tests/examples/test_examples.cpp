@@ -3,6 +3,8 @@
 // gradient check, a sample of text. The figures are read back from the output, not hard-coded.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -76,6 +78,20 @@ TEST_CASE("char_lm: perplexity falls, then it samples text with word structure",
   int spaces = 0;
   for (char c : sample) spaces += c == ' ';
   CHECK(spaces >= int(sample.size()) / 10);
+}
+
+TEST_CASE("char_lm: --text trains on a file instead of the built-in text", "[examples]") {
+  const std::string path = tapegrad::test::temp_dir("examples", "text.txt");
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(path) << text;
+  const Run r = run_example("char_lm", "--text " + path + " --steps 60 --length 40");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("text: " + path + ", " + std::to_string(text.size()) + " characters"));
+  // No capital T in this text: the sample starts from its first character instead of "The ".
+  CHECK_THAT(r.out, Catch::Contains("---\nt"));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("char_lm: a bad option is refused with exit code 2, naming it", "[examples]") {
