@@ -29,7 +29,7 @@ enum class OpKind : uint8_t {
   sum_axis, sum_all, max_axis,
   softmax, log_softmax, layer_norm, embedding, cross_entropy, dropout, where,
   gru_cell, additive_score, scaled_dot_product_attention,
-  custom,  // a function defined outside the library, recorded by record_custom (its name is on the entry)
+  custom,  ///< a function defined outside the library, recorded by record_custom (named on its entry)
   count_
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::count_);
@@ -41,7 +41,7 @@ struct TapeEntry {
   Tensor output;
   // Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
   std::function<void(const Tensor& grad_output)> backward;
-  std::string name;  // a custom op's own name (record_custom); empty for the library's ops
+  std::string name;  ///< a custom op's own name (record_custom); empty for the library's ops
 };
 
 /// The name an entry shows in tape dumps and error messages: a custom op's own name, else op_name(op).
