@@ -15,7 +15,7 @@
 //      d(loss)/d(output) and adds d(loss)/d(input) to each input that requires grad with
 //      accumulate_grad. It captures what the derivative needs (here x, beta and s), nothing more.
 //
-//   build/examples/custom_op [STEPS]      (default 400 Adam steps, about a second)
+//   build/examples/custom_op [STEPS]      (default 400 Adam steps, well under a second)
 //
 // Exits 1 when the gradient check fails, when it fails to catch a deliberately wrong backward, or
 // when the model does not train.

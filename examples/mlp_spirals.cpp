@@ -8,7 +8,7 @@
 // What it shows: a model as an nn::Module with registered sub-modules, a forward pass built from
 // differentiable ops, cross-entropy, backward(), an optimizer step, and evaluation under NoGrad.
 //
-//   build/examples/mlp_spirals [STEPS]      (default 600 full-batch Adam steps, about a second)
+//   build/examples/mlp_spirals [STEPS]      (default 600 full-batch Adam steps, well under a second)
 //
 // Exits 1 when the held-out accuracy is below 90%.
 #include <cmath>
