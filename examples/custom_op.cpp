@@ -47,18 +47,19 @@ Tensor swish(const Tensor& x, const Tensor& beta, bool wrong_backward = false) {
     y = mul(x, s);              // y = x * s
   }
   if (should_record({&x, &beta}))
-    record_custom("swish", {x, beta}, y, [x, beta, s, wrong_backward](const Tensor& dy) {
-      // Backward runs with recording off, so these ops are plain arithmetic.
+    record_custom("swish", {x, beta}, y, [x, beta, s, wrong_backward](const Tensor& grad_y) {
+      // grad_y = d(loss)/dy, the same shape as y. By the chain rule d(loss)/dx = grad_y * dy/dx,
+      // element by element. Backward runs with recording off, so these ops are plain arithmetic.
       const Tensor ds = mul(s, 1.0 - s);  // sigmoid' = s (1 - s)
       if (x.requires_grad()) {
         const Tensor local =
             wrong_backward ? s : add(s, mul(mul(beta, x), ds));  // dy/dx = s + beta x s (1 - s)
-        accumulate_grad(x, mul(dy, local));
+        accumulate_grad(x, mul(grad_y, local));
       }
       if (beta.requires_grad()) {
         // dy/dbeta = x^2 s (1 - s) per element; beta was broadcast over the leading dimensions, so its
         // gradient is the sum over all of them.
-        const Tensor per_element = mul(dy, mul(mul(x, x), ds));
+        const Tensor per_element = mul(grad_y, mul(mul(x, x), ds));
         accumulate_grad(beta, sum(reshape(per_element, {-1, beta.size(0)}), 0));
       }
     });
