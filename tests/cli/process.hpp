@@ -1,4 +1,5 @@
-// Running build/tools/tapegrad as a real process from a test: its exit code and output.
+// Running build/tools/tapegrad (or another built program) as a real process from a test: its exit code
+// and output.
 #pragma once
 
 #include <sys/wait.h>
@@ -24,10 +25,11 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-// `tapegrad ARGS`, with `stdin_text` (if any) on its standard input.
-inline Run run(const std::string& args, const std::string& stdin_text = "") {
+// A shell command line `cmd`, its stderr joined to its stdout, with `stdin_text` (if any) on its
+// standard input.
+inline Run run_command(std::string cmd, const std::string& stdin_text = "") {
   namespace fs = std::filesystem;
-  std::string cmd = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args + " 2>&1";
+  cmd += " 2>&1";
   if (!stdin_text.empty()) {
     const std::string in = fs::temp_directory_path() / ("tapegrad-cli-stdin-" + std::to_string(::getpid()));
     std::ofstream(in) << stdin_text;
@@ -40,6 +42,11 @@ inline Run run(const std::string& args, const std::string& stdin_text = "") {
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// `tapegrad ARGS`, with `stdin_text` (if any) on its standard input.
+inline Run run(const std::string& args, const std::string& stdin_text = "") {
+  return run_command(std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args, stdin_text);
 }
 
 // `tapegrad ARGS` with one extra environment variable set (NAME=VALUE) for the child only.
