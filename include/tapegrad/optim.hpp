@@ -1,5 +1,6 @@
-// Optimizers (SGD with momentum, Adam, AdamW), gradient clipping by global norm, learning-rate
-// schedules. Updates run under NoGrad through vectorised kernels (kernels::adam_update).
+/// @file
+/// Optimizers (SGD with momentum, Adam, AdamW), gradient clipping by global norm, learning-rate
+/// schedules. Updates run under NoGrad through vectorised kernels (kernels::adam_update).
 #pragma once
 
 #include <map>
@@ -14,15 +15,15 @@ class Optimizer {
  public:
   explicit Optimizer(std::vector<std::pair<std::string, Tensor>> named_params);
   virtual ~Optimizer() = default;
-  // Applies one update with the current learning rate; parameters without a gradient are skipped.
+  /// Applies one update with the current learning rate; parameters without a gradient are skipped.
   virtual void step() = 0;
   void zero_grad();
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }
   int64_t steps() const { return steps_; }
-  // Everything needed to resume exactly: named state tensors ("exp_avg.<param>", ...) and scalars.
+  /// Everything needed to resume exactly: named state tensors ("exp_avg.<param>", ...) and scalars.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
-  // Restores from tensors produced by state_tensors(); throws Error naming a missing or mis-shaped one.
+  /// Restores from tensors produced by state_tensors(); throws Error naming a missing or mis-shaped one.
   virtual void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& state) = 0;
   void set_steps(int64_t s) { steps_ = s; }
 
@@ -44,8 +45,8 @@ class Sgd : public Optimizer {
   std::vector<Tensor> velocity_;
 };
 
-// Adam (Kingma & Ba) with bias correction; with decoupled = true it is AdamW (Loshchilov & Hutter):
-// weight decay shrinks the weights directly instead of entering the gradient.
+/// Adam (Kingma & Ba) with bias correction; with decoupled = true it is AdamW (Loshchilov & Hutter):
+/// weight decay shrinks the weights directly instead of entering the gradient.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<std::pair<std::string, Tensor>> params, double lr, double beta1 = 0.9, double beta2 = 0.999,
@@ -60,17 +61,17 @@ class Adam : public Optimizer {
   std::vector<Tensor> m_, v_;
 };
 
-// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
+/// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 enum class Schedule { constant, inverse_sqrt, cosine };
 const char* schedule_name(Schedule s);
-Schedule parse_schedule(const std::string& name);  // constant | inverse_sqrt (noam) | cosine
+Schedule parse_schedule(const std::string& name);  ///< constant | inverse_sqrt (noam) | cosine
 
-// The learning rate at 1-based `step`:
-//   constant:     base (after linear warm-up if warmup > 0)
-//   inverse_sqrt: base * min(step / warmup, sqrt(warmup / step))   (the Transformer paper's, peak = base)
-//   cosine:       linear warm-up, then base * (min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2)
+/// The learning rate at 1-based `step`:
+///   constant:     base (after linear warm-up if warmup > 0)
+///   inverse_sqrt: base * min(step / warmup, sqrt(warmup / step))   (the Transformer paper's, peak = base)
+///   cosine:       linear warm-up, then base * (min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2)
 double learning_rate(Schedule s, double base, int64_t step, int64_t warmup, int64_t total_steps,
                      double min_ratio = 0.0);
 

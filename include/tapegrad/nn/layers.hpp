@@ -1,5 +1,6 @@
-// Basic layers: Linear, Embedding, LayerNorm, Dropout, positional encodings, position-wise
-// feed-forward. Shapes: B batch, T time, C = d_model features.
+/// @file
+/// Basic layers: Linear, Embedding, LayerNorm, Dropout, positional encodings, position-wise
+/// feed-forward. Shapes: B batch, T time, C = d_model features.
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 
 namespace tapegrad::nn {
 
-// y = x W^T + b; W [out, in] initialised uniform(+-1/sqrt(in)) like PyTorch's default.
+/// y = x W^T + b; W [out, in] initialised uniform(+-1/sqrt(in)) like PyTorch's default.
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
@@ -17,7 +18,7 @@ class Linear : public Module {
   Tensor weight, bias;
 };
 
-// table [V, C] ~ N(0, std^2); forward(ids [..]) -> [.., C]
+/// table [V, C] ~ N(0, std^2); forward(ids [..]) -> [.., C]
 class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim, Generator& gen, double std = 1.0);
@@ -35,8 +36,8 @@ class LayerNorm : public Module {
   double eps_;
 };
 
-// Seeded dropout that follows the module's train/eval mode. The generator is the model's, so a
-// checkpoint that saves it resumes with the same masks.
+/// Seeded dropout that follows the module's train/eval mode. The generator is the model's, so a
+/// checkpoint that saves it resumes with the same masks.
 class Dropout : public Module {
  public:
   explicit Dropout(double p) : p_(p) {}
@@ -49,28 +50,28 @@ class Dropout : public Module {
 
 enum class PositionalKind { sinusoidal, learned, none };
 const char* positional_name(PositionalKind k);
-PositionalKind parse_positional(const std::string& name);  // "sinusoidal"|"sincos", "learned", "none"
+PositionalKind parse_positional(const std::string& name);  ///< "sinusoidal"|"sincos", "learned", "none"
 
-// Adds position information to x [B, T, C]: the fixed sin/cos table of "Attention Is All You Need"
-// (PE[t, 2i] = sin(t / 10000^(2i/C)), PE[t, 2i+1] = cos(...)), a learned table, or nothing.
+/// Adds position information to x [B, T, C]: the fixed sin/cos table of "Attention Is All You Need"
+/// (PE[t, 2i] = sin(t / 10000^(2i/C)), PE[t, 2i+1] = cos(...)), a learned table, or nothing.
 class PositionalEncoding : public Module {
  public:
   PositionalEncoding(PositionalKind kind, int64_t max_len, int64_t dim, Generator& gen, DType dtype = DType::f32);
-  // x [B, T, C] + the encodings of positions offset .. offset + T - 1.
+  /// x [B, T, C] + the encodings of positions offset .. offset + T - 1.
   Tensor forward(const Tensor& x, int64_t offset = 0) const;
   PositionalKind kind() const { return kind_; }
 
  private:
   PositionalKind kind_;
   int64_t max_len_;
-  Tensor table_;  // [max_len, C]: a constant (sinusoidal) or a parameter (learned)
+  Tensor table_;  ///< [max_len, C]: a constant (sinusoidal) or a parameter (learned)
 };
 
 enum class Activation { relu, gelu };
 Activation parse_activation(const std::string& name);
 const char* activation_name(Activation a);
 
-// Position-wise feed-forward: linear2(dropout(act(linear1(x)))).
+/// Position-wise feed-forward: linear2(dropout(act(linear1(x)))).
 class FeedForward : public Module {
  public:
   FeedForward(int64_t dim, int64_t hidden, Activation act, double dropout, Generator& gen);

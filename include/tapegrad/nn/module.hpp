@@ -1,8 +1,9 @@
-// Module: a tree of named parameters and sub-modules, with train/eval mode.
-//
-// Parameters are leaf tensors that require grad; their full names are the dotted path from the root
-// (`encoder.layers.0.self_attn.q_proj.weight`), which is also what checkpoints store and what tape
-// dumps show. Registration order is kept, so iteration is deterministic.
+/// @file
+/// Module: a tree of named parameters and sub-modules, with train/eval mode.
+///
+/// Parameters are leaf tensors that require grad; their full names are the dotted path from the root
+/// (`encoder.layers.0.self_attn.q_proj.weight`), which is also what checkpoints store and what tape
+/// dumps show. Registration order is kept, so iteration is deterministic.
 #pragma once
 
 #include <memory>
@@ -21,15 +22,15 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // Every parameter below this module, depth first in registration order, with its dotted name.
+  /// Every parameter below this module, depth first in registration order, with its dotted name.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t parameter_count() const;
-  // Every buffer of this module and its children (constants such as sin/cos tables).
+  /// Every buffer of this module and its children (constants such as sin/cos tables).
   std::vector<Tensor> buffers() const;
   void zero_grad();
 
-  // Converts every parameter and buffer in place (float32 for training, float64 for gradcheck).
+  /// Converts every parameter and buffer in place (float32 for training, float64 for gradcheck).
   void to(DType dtype);
 
   void train(bool on = true);
@@ -37,9 +38,9 @@ class Module {
   bool training() const { return training_; }
 
  protected:
-  // Marks `t` as a parameter (requires grad) called `name` within this module.
+  /// Marks `t` as a parameter (requires grad) called `name` within this module.
   Tensor register_parameter(const std::string& name, Tensor t);
-  // A constant tensor that follows to(dtype) but is neither trained nor saved (e.g. sin/cos tables).
+  /// A constant tensor that follows to(dtype) but is neither trained nor saved (e.g. sin/cos tables).
   Tensor register_buffer(Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {

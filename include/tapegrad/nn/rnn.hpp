@@ -1,9 +1,10 @@
-// Recurrent cells (Elman, GRU, LSTM) and a multi-layer recurrent stack unrolled over time on the
-// tape, so backward is backpropagation through time.
-//
-// Input projections for every time step are computed in one GEMM before the loop; inside the loop
-// each step costs one [B, H] x [H, G*H] GEMM per layer. Padding: at a padded step a sequence's state
-// is carried over unchanged, so the final state is the state after its last real token.
+/// @file
+/// Recurrent cells (Elman, GRU, LSTM) and a multi-layer recurrent stack unrolled over time on the
+/// tape, so backward is backpropagation through time.
+///
+/// Input projections for every time step are computed in one GEMM before the loop; inside the loop
+/// each step costs one [B, H] x [H, G*H] GEMM per layer. Padding: at a padded step a sequence's state
+/// is carried over unchanged, so the final state is the state after its last real token.
 #pragma once
 
 #include <vector>
@@ -14,23 +15,23 @@ namespace tapegrad::nn {
 
 enum class CellKind { elman, gru, lstm };
 const char* cell_name(CellKind k);
-CellKind parse_cell(const std::string& name);  // "elman"|"rnn"|"tanh", "gru", "lstm"
+CellKind parse_cell(const std::string& name);  ///< "elman"|"rnn"|"tanh", "gru", "lstm"
 
-// The recurrent state of one layer: h [B, H], and c [B, H] for LSTM (undefined otherwise).
+/// The recurrent state of one layer: h [B, H], and c [B, H] for LSTM (undefined otherwise).
 struct RnnState {
   Tensor h, c;
 };
 
-// One layer's cell. Gates G: elman 1, gru 3 (r, z, n), lstm 4 (i, f, g, o).
-//   elman: h' = tanh(x W_ih + b_ih + h W_hh + b_hh)
-//   gru:   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h
-//   lstm:  i, f, o = s(.), g = tanh(.), c' = f c + i g, h' = o tanh(c')
+/// One layer's cell. Gates G: elman 1, gru 3 (r, z, n), lstm 4 (i, f, g, o).
+///   elman: h' = tanh(x W_ih + b_ih + h W_hh + b_hh)
+///   gru:   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h
+///   lstm:  i, f, o = s(.), g = tanh(.), c' = f c + i g, h' = o tanh(c')
 class RnnCell : public Module {
  public:
   RnnCell(CellKind kind, int64_t input, int64_t hidden, Generator& gen);
-  // x [B, T, I] -> [B, T, G*H]: the input half of every gate, all steps at once.
+  /// x [B, T, I] -> [B, T, G*H]: the input half of every gate, all steps at once.
   Tensor project_inputs(const Tensor& x) const { return linear(x, w_ih, b_ih); }
-  // One step from projected input xp [B, G*H] and state -> new state.
+  /// One step from projected input xp [B, G*H] and state -> new state.
   RnnState step(const Tensor& xp, const RnnState& state) const;
   RnnState initial_state(int64_t batch, DType dtype) const;
   CellKind kind() const { return kind_; }
@@ -42,18 +43,18 @@ class RnnCell : public Module {
   int64_t hidden_;
 };
 
-// Stacked cells: layer l's outputs are layer l+1's inputs (with dropout between layers).
+/// Stacked cells: layer l's outputs are layer l+1's inputs (with dropout between layers).
 class RnnStack : public Module {
  public:
   RnnStack(CellKind kind, int64_t input, int64_t hidden, int64_t layers, double dropout, Generator& gen);
-  // x [B, T, I], lengths (real steps per sequence; empty = all T), initial states (empty = zeros)
-  // -> outputs of the top layer [B, T, H] (zeros at padded steps) and each layer's final state.
+  /// x [B, T, I], lengths (real steps per sequence; empty = all T), initial states (empty = zeros)
+  /// -> outputs of the top layer [B, T, H] (zeros at padded steps) and each layer's final state.
   Tensor forward(const Tensor& x, const std::vector<int64_t>& lengths, std::vector<RnnState>* states,
                  Generator& gen);
-  // A single step for all layers (decoding): x [B, I] -> top h [B, H]; states updated in place.
+  /// A single step for all layers (decoding): x [B, I] -> top h [B, H]; states updated in place.
   Tensor step(const Tensor& x, std::vector<RnnState>& states, Generator& gen);
-  // The same step from layer 0's already projected input xp0 [B, G*H] (x W_ih^T + b_ih computed by
-  // the caller, e.g. partly for all time steps at once).
+  /// The same step from layer 0's already projected input xp0 [B, G*H] (x W_ih^T + b_ih computed by
+  /// the caller, e.g. partly for all time steps at once).
   Tensor step_projected(const Tensor& xp0, std::vector<RnnState>& states, Generator& gen);
   std::vector<RnnState> initial_states(int64_t batch, DType dtype) const;
   std::vector<std::shared_ptr<RnnCell>> cells;

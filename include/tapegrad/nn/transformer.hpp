@@ -1,5 +1,6 @@
-// Transformer encoder and decoder layers ("Attention Is All You Need"), with residual connections
-// and layer norm either after each sub-layer (post-LN, the paper's) or before it (pre-LN).
+/// @file
+/// Transformer encoder and decoder layers ("Attention Is All You Need"), with residual connections
+/// and layer norm either after each sub-layer (post-LN, the paper's) or before it (pre-LN).
 #pragma once
 
 #include "tapegrad/nn/attention.hpp"
@@ -10,10 +11,10 @@ struct TransformerLayerOptions {
   int64_t dim = 128, heads = 4, ff_dim = 512;
   double dropout = 0.1;
   Activation activation = Activation::relu;
-  bool norm_first = false;  // pre-LN when true
+  bool norm_first = false;  ///< pre-LN when true
 };
 
-// x = x + SelfAttn(x); x = x + FF(x)   (with norms placed per norm_first)
+/// x = x + SelfAttn(x); x = x + FF(x)   (with norms placed per norm_first)
 class EncoderLayer : public Module {
  public:
   EncoderLayer(const TransformerLayerOptions& o, Generator& gen);
@@ -27,11 +28,11 @@ class EncoderLayer : public Module {
   std::shared_ptr<Dropout> drop_;
 };
 
-// x = x + MaskedSelfAttn(x); x = x + CrossAttn(x, memory); x = x + FF(x)
+/// x = x + MaskedSelfAttn(x); x = x + CrossAttn(x, memory); x = x + FF(x)
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const TransformerLayerOptions& o, Generator& gen);
-  // cache: incremental decoding, x the next position only (see KvCache); one per layer and sequence batch.
+  /// cache: incremental decoding, x the next position only (see KvCache); one per layer and sequence batch.
   struct Cache {
     KvCache self, cross;
   };
