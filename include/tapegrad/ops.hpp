@@ -14,17 +14,26 @@
 namespace tapegrad {
 
 // ---- elementwise, numpy broadcasting (src/ops/elementwise.cpp) ----------------------------------
+/// a + b, a - b, a * b, a / b elementwise: a and b broadcast numpy-style to the output shape
+/// (ShapeError naming both shapes if they cannot).
+/// @{
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);  ///< a > 0 where b is differentiated
-/// scalar variants
+/// @}
+/// a^b elementwise, broadcasting; a > 0 where b is differentiated.
+Tensor pow(const Tensor& a, const Tensor& b);
+/// Scalar variants: a + s, a * s, a^p, -a; the output has a's shape.
+/// @{
 Tensor add(const Tensor& a, double s);
 Tensor mul(const Tensor& a, double s);
 Tensor pow(const Tensor& a, double p);
 Tensor neg(const Tensor& a);
+/// @}
 
+/// Elementwise functions: the output has a's shape. log and sqrt expect a > 0.
+/// @{
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
@@ -32,7 +41,11 @@ Tensor abs(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
+/// @}
+/// Which GELU: the tanh approximation 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), or the
+/// exact a Phi(a) with the normal CDF Phi (PyTorch's default).
 enum class GeluApprox { tanh, exact };
+/// GELU elementwise (tanh approximation by default); the output has a's shape.
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::tanh);
 /// log(1 + exp(a)) without overflow: PyTorch's F.softplus with beta = 1 (see elementwise.cpp).
 Tensor softplus(const Tensor& a);
@@ -42,6 +55,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 /// y = cond != 0 ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
+/// Operators for add, sub, mul, div and neg with the same broadcasting; `s - a` is neg(a) + s and
+/// `a / s` is a * (1 / s).
+/// @{
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
@@ -54,6 +70,7 @@ Tensor operator-(double s, const Tensor& a);
 Tensor operator*(const Tensor& a, double s);
 Tensor operator*(double s, const Tensor& a);
 Tensor operator/(const Tensor& a, double s);
+/// @}
 
 // ---- linear algebra (src/ops/matmul.cpp) --------------------------------------------------------
 /// a [.., M, K] @ b [.., K, N] -> [.., M, N]; 1-D b is a vector; leading dims broadcast.
@@ -81,34 +98,53 @@ class WeightPackScope {
 };
 
 // ---- shape (src/ops/shape.cpp) ------------------------------------------------------------------
-Tensor reshape(const Tensor& a, const Shape& shape);  ///< one dimension may be -1
+/// The same elements in `shape` (one dimension may be -1: inferred); a view when a is contiguous,
+/// else a copy. ShapeError if the element counts differ.
+Tensor reshape(const Tensor& a, const Shape& shape);
+/// Swaps two dimensions (negative counts from the back): a view.
 Tensor transpose(const Tensor& a, int dim0, int dim1);
+/// Reorders the dimensions: output dimension i is a's dimension dims[i] (a permutation); a view.
 Tensor permute(const Tensor& a, const std::vector<int>& dims);
+/// a itself when already contiguous, else a row-major copy (recorded).
 Tensor contiguous(const Tensor& a);
+/// Joins tensors along an existing axis; every other dimension must match (ShapeError otherwise).
 Tensor concat(const std::vector<Tensor>& xs, int axis);
+/// Joins tensors of one shape along a new axis inserted at `axis`: n x [..] -> [.., n, ..].
 Tensor stack(const std::vector<Tensor>& xs, int axis);
 /// Elements [start, start + length) along axis (a view; recorded).
 Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length);
 
 // ---- reductions (src/ops/reduce.cpp) ------------------------------------------------------------
+/// Sum of all elements: a scalar (shape []).
 Tensor sum(const Tensor& a);
+/// Sum along `axis` (negative counts from the back); the axis is dropped, or kept as 1 with keepdim.
 Tensor sum(const Tensor& a, int axis, bool keepdim = false);
+/// Mean of all elements: a scalar.
 Tensor mean(const Tensor& a);
+/// Mean along `axis`, shaped as sum(a, axis, keepdim).
 Tensor mean(const Tensor& a, int axis, bool keepdim = false);
-Tensor max(const Tensor& a);  ///< gradient flows to the first maximum
+/// Largest element: a scalar; gradient flows to the first maximum. ShapeError if a is empty.
+Tensor max(const Tensor& a);
+/// Largest along `axis`, shaped as sum(a, axis, keepdim); gradient flows to the first maximum.
 Tensor max(const Tensor& a, int axis, bool keepdim = false);
 
 // ---- softmax family and cross-entropy (src/ops/softmax.cpp) -------------------------------------
+/// What softmax fuses in before normalising.
 struct SoftmaxSpec {
   double scale = 1.0;  ///< applied to x before the mask
-  Tensor mask;         ///< additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing
-                       /// dims match x's and whose leading dims are 1 or match (e.g. [B,1,1,Tk])
+  /// Additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing dims match x's and whose
+  /// leading dims are 1 or match (e.g. [B,1,1,Tk]); undefined: none.
+  Tensor mask;
   bool causal = false; ///< mask key j > query i (decoder self-attention)
 };
-/// softmax(scale * x + mask) over the last axis.
+/// softmax(scale * x + mask) over the last axis; the output has x's shape.
 Tensor softmax(const Tensor& x, const SoftmaxSpec& spec = {});
+/// log(softmax(x)) over the last axis, computed stably; x's shape (ShapeError for a scalar).
 Tensor log_softmax(const Tensor& x);
 /// logits [N, V] (or [B, T, V]), targets int32 [N] (or [B, T]) -> scalar mean over non-ignored targets.
+/// Targets equal to ignore_index count for nothing; label_smoothing in [0, 1) mixes the one-hot
+/// target with the uniform distribution over V. A target outside [0, V) throws IndexError; if every
+/// target is ignored the loss is 0 with zero gradient.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100,
                      double label_smoothing = 0.0);
 
@@ -122,6 +158,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids);
 /// Zeroes each element with probability p and scales the rest by 1/(1-p); identity if !training.
 /// The mask is a function of (seed, element index), so results do not depend on thread count.
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
+/// The same with the seed drawn from `gen` (one draw per call in training with p > 0, none otherwise).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 
 // ---- fused recurrent-model ops (src/ops/fused.cpp) ----------------------------------------------
@@ -135,12 +172,13 @@ Tensor gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h);
 Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
 
 // ---- attention (src/ops/attention.cpp) ----------------------------------------------------------
+/// What scaled_dot_product_attention fuses in.
 struct AttentionSpec {
   double scale = 1.0;   ///< scores are scale * q . k + mask
   Tensor mask;          ///< additive, broadcastable to [B, H, Tq, Tk]: e.g. key padding [B,1,1,Tk], or [Tq,Tk]
   bool causal = false;  ///< mask key j for query i when j > i + (Tk - Tq) (queries aligned to the last keys)
   double dropout = 0;   ///< on the weights, in training: the mask dropout(weights, p, true, seed) draws
-  uint64_t dropout_seed = 0;
+  uint64_t dropout_seed = 0;  ///< the seed of that dropout mask
 };
 /// Multi-head scaled dot-product attention in the heads-inner layout the projections produce:
 ///   q [B, Tq, H, dk], k [B, Tk, H, dk], v [B, Tk, H, dv] -> o [B, Tq, H, dv], per (b, h):

@@ -18,7 +18,10 @@ Tensor key_padding_mask(const Tensor& ids, DType dtype = DType::f32);
 struct KvCache {
   int64_t capacity = 0;  ///< positions, for self-attention
   int64_t len = 0;       ///< positions held
-  Tensor kt, v;          ///< [B, H, dk, capacity] and [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..])
+  /// Keys, transposed, [B, H, dk, capacity] and values [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..]).
+  /// @{
+  Tensor kt, v;
+  /// @}
 };
 
 /// How MultiHeadAttention computes softmax(q k^T / sqrt(d_k) + mask) v. Both give the same result up
@@ -39,22 +42,30 @@ enum class AttentionPath { automatic, fused, unfused };
 /// out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
 class MultiHeadAttention : public Module {
  public:
+  /// Tq * Tk from which AttentionPath::automatic takes the fused path.
   static constexpr int64_t kFusedMinScores = 256 * 256;
+  /// `dim` = C features split into `heads` heads of dim / heads (ShapeError unless it divides);
+  /// dropout on the attention weights; weights drawn from `gen`.
   MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
   /// mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
   /// causal: query i may not attend to key j > i (decoder self-attention).
   /// cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
-  /// self-attention (memory is query) it attends over every position so far, itself included.
+  /// self-attention (memory is query) it attends over every position so far, itself included. A cache
+  /// needs NoGrad (Error otherwise). Returns [B, Tq, C]; dropout draws from `gen` in training.
   Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen,
                  KvCache* cache = nullptr);
-  void set_path(AttentionPath path) { path_ = path; }
-  AttentionPath path() const { return path_; }
+  void set_path(AttentionPath path) { path_ = path; }  ///< Forces a path (see AttentionPath).
+  AttentionPath path() const { return path_; }         ///< The path setting (automatic by default).
   /// When on, forward keeps its attention weights [B, H, Tq, Tk] (detached, before dropout) for
   /// inspection; on the fused path they are recomputed for it, off the tape.
   void keep_weights(bool on) { keep_weights_ = on; }
+  /// The weights kept by the last forward with keep_weights on (undefined before).
   const Tensor& last_weights() const { return last_weights_; }
-  int64_t heads() const { return heads_; }
+  int64_t heads() const { return heads_; }  ///< Number of heads H.
+  /// Children "q_proj", "k_proj", "v_proj" (W_Q, W_K, W_V for all heads) and "out_proj" (W_O), each C -> C.
+  /// @{
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+  /// @}
 
  private:
   int64_t dim_, heads_;
@@ -64,23 +75,29 @@ class MultiHeadAttention : public Module {
   Tensor last_weights_;
 };
 
+/// SeqAttention's score function (see SeqAttention).
 enum class AttentionScore { additive, dot };
+/// "additive" or "dot".
 const char* score_name(AttentionScore s);
-AttentionScore parse_score(const std::string& name);  ///< "additive"|"bahdanau", "dot"|"luong"
+/// "additive"|"bahdanau", "dot"|"luong"; throws Error naming the choices for anything else.
+AttentionScore parse_score(const std::string& name);
 
 /// Attention of one decoder state over all encoder states.
 ///   additive (Bahdanau): e_j = v^T tanh(W_q s + W_k h_j);  dot (Luong, general): e_j = s^T W h_j
 /// weights = softmax(e + mask), context = sum_j weights_j h_j.
 class SeqAttention : public Module {
  public:
+  /// Queries of `query_dim` (Q) over keys of `key_dim` (K); `attn_dim` (A) is the additive score's
+  /// hidden width (unused by dot, whose W maps K -> Q). Weights drawn from `gen`.
   SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen);
-  /// Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys.
+  /// Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys
+  /// (additive: [B, S, A]; dot: [B, S, Q]).
   Tensor precompute(const Tensor& keys) const;
   /// query [B, Q], keys [B, S, K] (as given to precompute), projected = precompute(keys),
   /// mask additive [B, S] or undefined -> context [B, K]; weights [B, S] written to *weights if non-null.
   Tensor forward(const Tensor& query, const Tensor& keys, const Tensor& projected, const Tensor& mask,
                  Tensor* weights = nullptr) const;
-  AttentionScore score() const { return score_; }
+  AttentionScore score() const { return score_; }  ///< The score function.
 
  private:
   AttentionScore score_;
