@@ -16,13 +16,20 @@
 
 #include "tapegrad/tensor.hpp"
 
+/// Vocabularies, tokenisation, tasks, TSV files and batches (see data.hpp).
 namespace tapegrad::data {
 
+/// The special ids every vocabulary starts with: padding, begin and end of sequence, unknown token.
+/// @{
 inline constexpr int32_t kPad = 0, kBos = 1, kEos = 2, kUnk = 3;
+/// @}
 
+/// How text splits into tokens: see tokenize.
 enum class Tokenization { chars, whitespace };
+/// "chars" or "whitespace".
 const char* tokenization_name(Tokenization t);
-Tokenization parse_tokenization(const std::string& name);  ///< "chars" | "whitespace"; throws Error
+/// "chars" | "whitespace"; throws Error
+Tokenization parse_tokenization(const std::string& name);
 
 /// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
 /// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
@@ -32,6 +39,7 @@ std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
 /// Byte offset of the first malformed UTF-8 byte in `s`, or -1 if `s` is valid UTF-8.
 int64_t first_invalid_utf8(const std::string& s);
 
+/// Token strings <-> ids, the four specials first. One vocabulary serves source and target.
 class Vocab {
  public:
   Vocab();  ///< only the four specials
@@ -42,16 +50,20 @@ class Vocab {
   int32_t add(const std::string& token);       ///< returns its id (existing or new)
   int32_t id(const std::string& token) const;  ///< kUnk if unknown
   const std::string& token(int32_t id) const;  ///< throws IndexError if out of range
-  int64_t size() const { return int64_t(tokens_.size()); }
+  int64_t size() const { return int64_t(tokens_.size()); }  ///< Number of ids, specials included.
+  /// id() of every token (unknown ones become kUnk); no `<bos>`/`<eos>` added.
   std::vector<int32_t> encode(const std::vector<std::string>& tokens) const;
   /// Stops at `<eos>`; drops `<pad>` and `<bos>`.
   std::vector<std::string> decode(const std::vector<int32_t>& ids) const;
+  /// Every token by id, specials included.
   const std::vector<std::string>& tokens() const { return tokens_; }
   /// JSON array of all tokens (specials included), and back; from_json validates (an array of
   /// distinct, non-empty strings starting with the four specials in order) and throws IoError.
   /// to_json throws Error if a token is not valid UTF-8 (JSON cannot carry it).
+  /// @{
   std::string to_json() const;
   static Vocab from_json(const std::string& json);
+  /// @}
 
  private:
   std::vector<std::string> tokens_;
@@ -60,15 +72,22 @@ class Vocab {
 
 /// One training pair as ids, without `<bos>`/`<eos>`.
 struct Example {
+  /// Source and target ids.
+  /// @{
   std::vector<int32_t> src, tgt;
+  /// @}
 };
 
+/// Examples padded into the tensors models consume (see data.hpp).
 struct Batch {
   Tensor src;                             ///< int32 [B, S], `<pad>`-padded
   Tensor tgt_in;                          ///< int32 [B, T]: `<bos>` t1 .. tn, `<pad>`-padded
   Tensor tgt_out;                         ///< int32 [B, T]: t1 .. tn `<eos>`, `<pad>`-padded
-  std::vector<int64_t> src_len, tgt_len;  ///< real lengths (tgt_len counts `<eos>`)
-  int64_t batch_size() const { return int64_t(src_len.size()); }
+  /// Real lengths per sequence (tgt_len counts `<eos>`).
+  /// @{
+  std::vector<int64_t> src_len, tgt_len;
+  /// @}
+  int64_t batch_size() const { return int64_t(src_len.size()); }  ///< B.
   int64_t target_tokens() const;  ///< non-pad tokens in tgt_out
 };
 
@@ -76,9 +95,13 @@ struct Batch {
 Batch make_batch(const std::vector<Example>& examples);
 
 // ---- built-in tasks, generated from a seed ----------------------------------------------------
+/// The knobs of a built-in task.
 struct TaskOptions {
-  int min_len = 8;  ///< source length range (inclusive), in tokens
+  /// Source length range (inclusive), in tokens.
+  /// @{
+  int min_len = 8;
   int max_len = 16;
+  /// @}
   int symbols = 10;  ///< distinct content symbols, at most 26 (letters a..)
 };
 /// Throws Error naming the offending option (and the task) if `options` make no sense for it.
@@ -88,20 +111,21 @@ void validate_task_options(const std::string& task, const TaskOptions& options);
 class Task {
  public:
   virtual ~Task() = default;
-  virtual std::string name() const = 0;
-  virtual std::string description() const = 0;
+  virtual std::string name() const = 0;         ///< As make_task takes it, e.g. "reverse".
+  virtual std::string description() const = 0;  ///< One line for help texts.
+  /// One example drawn from `gen` (its source length in [min_len, max_len]).
   virtual Example sample(Generator& gen) const = 0;
   /// n examples from successive draws of `gen`.
   std::vector<Example> sample_many(Generator& gen, int64_t n) const;
-  const Vocab& vocab() const { return vocab_; }
-  const TaskOptions& options() const { return options_; }
+  const Vocab& vocab() const { return vocab_; }            ///< Every token the task can produce.
+  const TaskOptions& options() const { return options_; }  ///< As constructed.
   /// How a line of this task's text splits into tokens (chars, or whitespace for multi-character tokens).
   Tokenization tokenization() const { return tokenization_; }
 
  protected:
-  Vocab vocab_;
-  TaskOptions options_;
-  Tokenization tokenization_ = Tokenization::chars;
+  Vocab vocab_;                                      ///< set by the subclass's constructor
+  TaskOptions options_;                              ///< set by the subclass's constructor
+  Tokenization tokenization_ = Tokenization::chars;  ///< set by the subclass if not chars
 };
 
 /// Names (formats in src/data/tasks.cpp, letters a.. are the `symbols` content symbols):
@@ -117,11 +141,16 @@ class Task {
 /// Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
 /// Throws Error naming the valid tasks for an unknown name, or the bad option.
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& options);
+/// Every name make_task accepts.
 std::vector<std::string> task_names();
 
 // ---- TSV files ---------------------------------------------------------------------------------
+/// One line of a TSV file, tokenised.
 struct TextPair {
+  /// Source and target tokens.
+  /// @{
   std::vector<std::string> src, tgt;
+  /// @}
   int64_t line = 0;  ///< 1-based line in its file, for messages
 };
 /// Reads `source<TAB>target` lines. Every line is data: there are no comment lines (a source may
@@ -130,6 +159,7 @@ struct TextPair {
 /// without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
 /// "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
 std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines = nullptr);
+/// Each pair as ids through vocab.encode (tokens it lacks become kUnk).
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab);
 /// One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
 /// in order of first appearance.

@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+/// The experiments behind `tapegrad experiment` (see experiment.hpp).
 namespace tapegrad::experiment {
 
+/// What every experiment takes (zeros mean each experiment's own default).
 struct Options {
   int64_t steps = 0;   ///< training steps per arm (parallelism: timed steps per point); 0: the default
   uint64_t seed = 1;   ///< the first seed; every arm runs with seeds seed, seed + 1, ..., seed + seeds - 1
@@ -38,11 +40,11 @@ struct Options {
 
 /// A table of formatted cells; `to_text` aligns the chosen columns, `to_csv` writes them all.
 struct Table {
-  std::vector<std::string> columns;
-  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> columns;            ///< column names
+  std::vector<std::vector<std::string>> rows;  ///< each as wide as columns
   void add(std::vector<std::string> row);                        ///< throws Error if the width differs
   std::string to_text(const std::vector<std::string>& shown) const;  ///< shown: column names (empty: all)
-  std::string to_csv() const;
+  std::string to_csv() const;  ///< every column, a header line first
   std::string to_markdown(const std::vector<std::string>& shown) const;  ///< a GitHub-style table
   const std::string& cell(size_t row, const std::string& column) const;  ///< throws Error on an unknown column
 };
@@ -50,28 +52,39 @@ struct Table {
 /// One line of a line chart: y against x, with an optional bar per point from y_lo to y_hi (the
 /// spread over seeds); y_lo and y_hi are empty or as long as x.
 struct Series {
-  std::string label;
+  std::string label;  ///< the legend entry
+  /// The points, and the optional bars' ends.
+  /// @{
   std::vector<double> x, y, y_lo, y_hi;
+  /// @}
 };
 
 /// A picture an experiment asks for. The library describes it; `tapegrad experiment --out DIR` draws it
 /// as `DIR/<file>` (PNG, cairo), and report.md links it.
 struct Figure {
+  /// A line chart (series) or a heatmap (cells).
   enum class Kind { lines, heatmap };
-  Kind kind = Kind::lines;
+  Kind kind = Kind::lines;  ///< which picture
   std::string file;  ///< e.g. "accuracy.png"
+  /// The title and the axis labels.
+  /// @{
   std::string title, x_label, y_label;
+  /// @}
   /// lines
   std::vector<Series> series;
-  bool log_y = false;
+  bool log_y = false;  ///< lines: logarithmic y axis
   /// heatmap: cells[row][col] in [0, 1] (e.g. attention weights: rows are output positions, columns
   /// source positions), with one label per row and per column
   std::vector<std::vector<double>> cells;
+  /// heatmap: one label per row and per column of cells
+  /// @{
   std::vector<std::string> row_labels, col_labels;
+  /// @}
 };
 
+/// What run returns: the measurements, the findings and the pictures to draw.
 struct Report {
-  std::string name;
+  std::string name;  ///< the experiment's name
   Table table;                       ///< every measurement (results.csv): one row per seed
   std::vector<std::string> shown;    ///< the columns of `table` worth printing when there is no aggregate
   std::vector<std::string> summary;  ///< one line per finding, computed from the numbers
@@ -85,17 +98,25 @@ struct Report {
 /// Progress while an arm trains (or a timing point runs).
 struct Progress {
   std::string arm;          ///< e.g. "attention-rnn on copy"
-  int arm_index, arms;      ///< 1-based
+  /// This arm's number (1-based) and how many arms there are.
+  /// @{
+  int arm_index, arms;
+  /// @}
+  /// The step just taken (1-based) and the arm's total.
+  /// @{
   int64_t step, steps;
+  /// @}
   double loss;              ///< NaN while timing
   double seconds;           ///< since the arm started
 };
 
+/// Optional hooks run reports progress through (an empty function is skipped).
 struct Callbacks {
   std::function<void(const std::string&)> log;       ///< one line per arm (start, result)
   std::function<void(const Progress&)> on_step;     ///< after every step
 };
 
+/// Every experiment name run accepts.
 std::vector<std::string> names();
 /// What the experiment runs and what it shows; throws Error naming the valid experiments.
 std::string description(const std::string& name);

@@ -19,11 +19,15 @@
 #include "tapegrad/nn/rnn.hpp"
 #include "tapegrad/nn/transformer.hpp"
 
+/// The seq2seq models (see models/seq2seq.hpp).
 namespace tapegrad::models {
 
+/// Which of the three models (see models/seq2seq.hpp).
 enum class ModelKind { rnn, attention_rnn, transformer };
+/// "rnn", "attention-rnn" or "transformer".
 const char* model_name(ModelKind k);
-ModelKind parse_model(const std::string& name);  ///< "rnn" | "attention-rnn" | "transformer"
+/// "rnn" | "attention-rnn" | "transformer"; throws Error naming the choices for anything else.
+ModelKind parse_model(const std::string& name);
 
 /// How messages name a config's fields: as CLI options ("--d-model 0: ...") or as the fields of the
 /// config JSON stored in checkpoints ("d_model 0: ...").
@@ -33,24 +37,26 @@ enum class ConfigNames { cli, json };
 /// that position tables of any sane width fit in memory.
 inline constexpr int64_t kMaxPositions = int64_t(1) << 20;
 
+/// Everything that fixes a model's architecture; stored in checkpoints as JSON.
 struct ModelConfig {
-  ModelKind kind = ModelKind::transformer;
-  int64_t vocab_size = 0;
+  ModelKind kind = ModelKind::transformer;  ///< which model
+  int64_t vocab_size = 0;  ///< V, shared by source and target (set from the data)
   int64_t d_model = 128;  ///< embedding width (all models) and Transformer width
   int64_t layers = 2;     ///< per side
-  double dropout = 0.1;
-  /// Transformer
-  int64_t heads = 4;
-  int64_t d_ff = 512;
-  nn::PositionalKind positional = nn::PositionalKind::sinusoidal;
-  bool norm_first = false;
-  nn::Activation activation = nn::Activation::relu;
-  int64_t max_len = 512;
-  /// RNN models
-  nn::CellKind cell = nn::CellKind::gru;
-  int64_t hidden = 256;
-  nn::AttentionScore score = nn::AttentionScore::additive;
+  double dropout = 0.1;   ///< everywhere the model has dropout, in [0, 1)
+  // Transformer
+  int64_t heads = 4;  ///< Transformer: attention heads, dividing d_model
+  int64_t d_ff = 512;  ///< Transformer: feed-forward width
+  nn::PositionalKind positional = nn::PositionalKind::sinusoidal;  ///< Transformer: position encoding
+  bool norm_first = false;  ///< Transformer: pre-LN when true (post-LN, the paper's, otherwise)
+  nn::Activation activation = nn::Activation::relu;  ///< Transformer: feed-forward activation
+  int64_t max_len = 512;  ///< Transformer: positions the position tables hold
+  // RNN models
+  nn::CellKind cell = nn::CellKind::gru;  ///< RNN models: the recurrent cell
+  int64_t hidden = 256;  ///< RNN models: hidden size H
+  nn::AttentionScore score = nn::AttentionScore::additive;  ///< attention-rnn: the score function
 
+  /// The config as a JSON object, one field per member (what from_json reads).
   std::string to_json() const;
   /// Parses and validate()s; throws Error naming the bad field.
   static ModelConfig from_json(const std::string& json);
@@ -73,8 +79,11 @@ int64_t buffer_bytes(const ModelConfig& config, ConfigNames names = ConfigNames:
 /// the 15.6 GB this machine can hold". make_model calls it; call it earlier to refuse before other work.
 void check_config(const ModelConfig& config, ConfigNames names = ConfigNames::cli);
 
+/// The interface the three models share: a teacher-forced loss for training and decoding for
+/// inference. Build one with make_model. Sources and targets are ids of one vocabulary (data::Vocab).
 class Seq2Seq : public nn::Module {
  public:
+  /// For subclasses: keeps `c` and seeds the model's generator with `seed`.
   explicit Seq2Seq(const ModelConfig& c, uint64_t seed) : config_(c), gen_(seed) {}
   /// Teacher-forced logits [B, T, V] for predicting batch.tgt_out from batch.tgt_in.
   virtual Tensor logits(const data::Batch& batch) = 0;
@@ -102,15 +111,17 @@ class Seq2Seq : public nn::Module {
   /// The same maps averaged over heads, each [B, Tq, Tk].
   std::vector<std::pair<std::string, Tensor>> attention_maps() const;
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }  ///< As built.
   /// The model's own generator (dropout masks), saved in checkpoints so a resume is exact.
   Generator& generator() { return gen_; }
 
  protected:
-  ModelConfig config_;
-  Generator gen_;
+  ModelConfig config_;  ///< the architecture, as given
+  Generator gen_;       ///< dropout's generator, seeded at construction
 };
 
+/// Builds the model `config` describes (check_config first: Error or OutOfMemory naming the field),
+/// weights drawn from `seed`. Returned in training mode.
 std::unique_ptr<Seq2Seq> make_model(const ModelConfig& config, uint64_t seed);
 
 }  // namespace tapegrad::models
