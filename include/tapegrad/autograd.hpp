@@ -184,16 +184,16 @@ Tensor grad_buffer_zeroed(const Tensor& t);
 
 /// One place for the finite-difference settings (PyTorch-like).
 struct GradcheckOptions {
-  double eps = 1e-6;   ///< central-difference step
-  double atol = 1e-5;  ///< absolute tolerance
-  double rtol = 1e-3;  ///< relative tolerance, times |numeric|
+  double eps = 1e-6;     ///< central-difference step
+  double atol = 1e-5;    ///< absolute tolerance
+  double rtol = 1e-3;    ///< relative tolerance, times |numeric|
   uint64_t seed = 1234;  ///< for the fixed random weights that reduce the output to a scalar
 };
 
 /// The outcome of gradcheck: pass or fail, and the worst element seen.
 struct GradcheckResult {
-  bool ok = false;  ///< every element within tolerance (and not all gradients zero)
-  std::string message;   ///< the worst element: op, input, index, analytic, numeric (or the failure)
+  bool ok = false;           ///< every element within tolerance (and not all gradients zero)
+  std::string message;       ///< the worst element: op, input, index, analytic, numeric (or the failure)
   double max_abs_error = 0;  ///< max |analytic - numeric| over every checked element
   double max_rel_error = 0;  ///< max |analytic - numeric| / max(|numeric|, atol)
   int worst_input = -1;      ///< which input holds the element furthest beyond its tolerance (-1: none)
@@ -205,9 +205,9 @@ struct GradcheckResult {
   std::vector<OpKind> ops_seen;  ///< distinct ops recorded while running fn
 };
 
-/// Compares the analytic gradient of every floating input that requires grad (they must be contiguous float64 leaves)
-/// with central differences of L = sum(fn(inputs) * W), W fixed random weights, so errors cannot cancel.
-/// An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Refuses to pass vacuously:
+/// Compares the analytic gradient of every floating input that requires grad (they must be contiguous float64
+/// leaves) with central differences of L = sum(fn(inputs) * W), W fixed random weights, so errors cannot
+/// cancel. An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Refuses to pass vacuously:
 /// all-zero gradients everywhere fail. `label` names the check in messages.
 /// @throws Error when no input requires grad, `fn` does not return float64, or its output does not
 /// depend on the inputs.

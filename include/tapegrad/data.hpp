@@ -47,9 +47,9 @@ class Vocab {
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
   /// Specials, then exactly these tokens with ids 4, 5, ...; throws Error on a duplicate or a special.
   static Vocab from_tokens(const std::vector<std::string>& tokens_after_specials);
-  int32_t add(const std::string& token);       ///< returns its id (existing or new)
-  int32_t id(const std::string& token) const;  ///< kUnk if unknown
-  const std::string& token(int32_t id) const;  ///< throws IndexError if out of range
+  int32_t add(const std::string& token);                    ///< returns its id (existing or new)
+  int32_t id(const std::string& token) const;               ///< kUnk if unknown
+  const std::string& token(int32_t id) const;               ///< throws IndexError if out of range
   int64_t size() const { return int64_t(tokens_.size()); }  ///< Number of ids, specials included.
   /// id() of every token (unknown ones become kUnk); no `<bos>`/`<eos>` added.
   std::vector<int32_t> encode(const std::vector<std::string>& tokens) const;
@@ -80,15 +80,15 @@ struct Example {
 
 /// Examples padded into the tensors models consume (see data.hpp).
 struct Batch {
-  Tensor src;                             ///< int32 [B, S], `<pad>`-padded
-  Tensor tgt_in;                          ///< int32 [B, T]: `<bos>` t1 .. tn, `<pad>`-padded
-  Tensor tgt_out;                         ///< int32 [B, T]: t1 .. tn `<eos>`, `<pad>`-padded
+  Tensor src;      ///< int32 [B, S], `<pad>`-padded
+  Tensor tgt_in;   ///< int32 [B, T]: `<bos>` t1 .. tn, `<pad>`-padded
+  Tensor tgt_out;  ///< int32 [B, T]: t1 .. tn `<eos>`, `<pad>`-padded
   /// Real lengths per sequence (tgt_len counts `<eos>`).
   /// @{
   std::vector<int64_t> src_len, tgt_len;
   /// @}
   int64_t batch_size() const { return int64_t(src_len.size()); }  ///< B.
-  int64_t target_tokens() const;  ///< non-pad tokens in tgt_out
+  int64_t target_tokens() const;                                  ///< non-pad tokens in tgt_out
 };
 
 /// Pads to the longest source / target in `examples` (at least 1 position each).

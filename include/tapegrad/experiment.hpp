@@ -29,24 +29,25 @@ namespace tapegrad::experiment {
 
 /// What every experiment takes (zeros mean each experiment's own default).
 struct Options {
-  int64_t steps = 0;   ///< training steps per arm (parallelism: timed steps per point); 0: the default
-  uint64_t seed = 1;   ///< the first seed; every arm runs with seeds seed, seed + 1, ..., seed + seeds - 1
-  int seeds = 0;       ///< runs per arm (0: the default, 3 for a full run and 1 under --quick)
-  int threads = 0;     ///< kernel threads (0: the default); parallelism measures 1 and this many
-  bool quick = false;  ///< tiny models, lengths and budgets: seconds, for tests and a first look
-  bool sweep = false;  ///< accuracy experiments: choose each arm's recipe by a sweep on a validation split
-  std::string out_dir; ///< when set: results.csv and report.txt are written here
+  int64_t steps = 0;    ///< training steps per arm (parallelism: timed steps per point); 0: the default
+  uint64_t seed = 1;    ///< the first seed; every arm runs with seeds seed, seed + 1, ..., seed + seeds - 1
+  int seeds = 0;        ///< runs per arm (0: the default, 3 for a full run and 1 under --quick)
+  int threads = 0;      ///< kernel threads (0: the default); parallelism measures 1 and this many
+  bool quick = false;   ///< tiny models, lengths and budgets: seconds, for tests and a first look
+  bool sweep = false;   ///< accuracy experiments: choose each arm's recipe by a sweep on a validation split
+  std::string out_dir;  ///< when set: results.csv and report.txt are written here
 };
 
 /// A table of formatted cells; `to_text` aligns the chosen columns, `to_csv` writes them all.
 struct Table {
-  std::vector<std::string> columns;            ///< column names
-  std::vector<std::vector<std::string>> rows;  ///< each as wide as columns
-  void add(std::vector<std::string> row);                        ///< throws Error if the width differs
+  std::vector<std::string> columns;                                  ///< column names
+  std::vector<std::vector<std::string>> rows;                        ///< each as wide as columns
+  void add(std::vector<std::string> row);                            ///< throws Error if the width differs
   std::string to_text(const std::vector<std::string>& shown) const;  ///< shown: column names (empty: all)
-  std::string to_csv() const;  ///< every column, a header line first
+  std::string to_csv() const;                                        ///< every column, a header line first
   std::string to_markdown(const std::vector<std::string>& shown) const;  ///< a GitHub-style table
-  const std::string& cell(size_t row, const std::string& column) const;  ///< throws Error on an unknown column
+  /// The cell in `row` under `column`; throws Error on an unknown column.
+  const std::string& cell(size_t row, const std::string& column) const;
 };
 
 /// One line of a line chart: y against x, with an optional bar per point from y_lo to y_hi (the
@@ -65,7 +66,7 @@ struct Figure {
   /// A line chart (series) or a heatmap (cells).
   enum class Kind { lines, heatmap };
   Kind kind = Kind::lines;  ///< which picture
-  std::string file;  ///< e.g. "accuracy.png"
+  std::string file;         ///< e.g. "accuracy.png"
   /// The title and the axis labels.
   /// @{
   std::string title, x_label, y_label;
@@ -84,20 +85,20 @@ struct Figure {
 
 /// What run returns: the measurements, the findings and the pictures to draw.
 struct Report {
-  std::string name;  ///< the experiment's name
-  Table table;                       ///< every measurement (results.csv): one row per seed
-  std::vector<std::string> shown;    ///< the columns of `table` worth printing when there is no aggregate
-  std::vector<std::string> summary;  ///< one line per finding, computed from the numbers
-  std::vector<Figure> figures;       ///< drawn by the command line into --out
-  std::vector<std::string> sections; ///< further markdown paragraphs or tables (e.g. a sweep)
-  Table aggregate;                   ///< mean and min-max over seeds; printed instead of `table` if it has columns
-  std::string to_text() const;       ///< the table, then the summary lines
-  std::string to_markdown() const;   ///< report.md: title, table, summary, sections, figure links
+  std::string name;                   ///< the experiment's name
+  Table table;                        ///< every measurement (results.csv): one row per seed
+  std::vector<std::string> shown;     ///< the columns of `table` worth printing when there is no aggregate
+  std::vector<std::string> summary;   ///< one line per finding, computed from the numbers
+  std::vector<Figure> figures;        ///< drawn by the command line into --out
+  std::vector<std::string> sections;  ///< further markdown paragraphs or tables (e.g. a sweep)
+  Table aggregate;              ///< mean and min-max over seeds; printed instead of `table` if it has columns
+  std::string to_text() const;  ///< the table, then the summary lines
+  std::string to_markdown() const;  ///< report.md: title, table, summary, sections, figure links
 };
 
 /// Progress while an arm trains (or a timing point runs).
 struct Progress {
-  std::string arm;          ///< e.g. "attention-rnn on copy"
+  std::string arm;  ///< e.g. "attention-rnn on copy"
   /// This arm's number (1-based) and how many arms there are.
   /// @{
   int arm_index, arms;
@@ -106,14 +107,14 @@ struct Progress {
   /// @{
   int64_t step, steps;
   /// @}
-  double loss;              ///< NaN while timing
-  double seconds;           ///< since the arm started
+  double loss;     ///< NaN while timing
+  double seconds;  ///< since the arm started
 };
 
 /// Optional hooks run reports progress through (an empty function is skipped).
 struct Callbacks {
-  std::function<void(const std::string&)> log;       ///< one line per arm (start, result)
-  std::function<void(const Progress&)> on_step;     ///< after every step
+  std::function<void(const std::string&)> log;   ///< one line per arm (start, result)
+  std::function<void(const Progress&)> on_step;  ///< after every step
 };
 
 /// Every experiment name run accepts.

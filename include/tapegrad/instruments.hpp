@@ -27,9 +27,9 @@ namespace tapegrad {
 
 /// What TapeRecorder saw of one tape entry.
 struct TapeRow {
-  int64_t index = 0;  ///< position in the recorded step, from 0
-  OpKind op{};        ///< the entry's op
-  Shape output_shape; ///< its output's shape
+  int64_t index = 0;   ///< position in the recorded step, from 0
+  OpKind op{};         ///< the entry's op
+  Shape output_shape;  ///< its output's shape
   /// Per input: a parameter's name, "#k" for the entry that produced it, or "input".
   std::vector<std::string> inputs;
   std::vector<int64_t> input_entries;  ///< k for "#k", -1 otherwise

@@ -26,16 +26,16 @@ enum class Domain {
 
 /// One input of an op check.
 struct InputSpec {
-  Shape shape;                  ///< the input's shape
-  Domain domain = Domain::any;  ///< where its values come from
+  Shape shape;                    ///< the input's shape
+  Domain domain = Domain::any;    ///< where its values come from
   std::vector<int32_t> ids = {};  ///< for Domain::ids
-  bool differentiable = true;    ///< false: a float input held constant (e.g. a mask)
+  bool differentiable = true;     ///< false: a float input held constant (e.g. a mask)
 };
 
 /// One row of the registry: a named function of its inputs and how to check it.
 struct OpCheck {
-  std::string name;    ///< starts with the op's name, e.g. "matmul_batched"
-  std::string shapes;  ///< human-readable, e.g. "[2,3,4]@[4,5]"
+  std::string name;                                      ///< starts with the op's name, e.g. "matmul_batched"
+  std::string shapes;                                    ///< human-readable, e.g. "[2,3,4]@[4,5]"
   std::vector<InputSpec> inputs;                         ///< one spec per argument of fn
   std::function<Tensor(const std::vector<Tensor>&)> fn;  ///< the op (or composition) under test
   GradcheckOptions options = {};                         ///< tolerances, when the defaults do not fit

@@ -135,7 +135,7 @@ struct SoftmaxSpec {
   /// Additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing dims match x's and whose
   /// leading dims are 1 or match (e.g. [B,1,1,Tk]); undefined: none.
   Tensor mask;
-  bool causal = false; ///< mask key j > query i (decoder self-attention)
+  bool causal = false;  ///< mask key j > query i (decoder self-attention)
 };
 /// softmax(scale * x + mask) over the last axis; the output has x's shape.
 Tensor softmax(const Tensor& x, const SoftmaxSpec& spec = {});
@@ -174,8 +174,8 @@ Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
 // ---- attention (src/ops/attention.cpp) ----------------------------------------------------------
 /// What scaled_dot_product_attention fuses in.
 struct AttentionSpec {
-  double scale = 1.0;   ///< scores are scale * q . k + mask
-  Tensor mask;          ///< additive, broadcastable to [B, H, Tq, Tk]: e.g. key padding [B,1,1,Tk], or [Tq,Tk]
+  double scale = 1.0;  ///< scores are scale * q . k + mask
+  Tensor mask;         ///< additive, broadcastable to [B, H, Tq, Tk]: e.g. key padding [B,1,1,Tk], or [Tq,Tk]
   bool causal = false;  ///< mask key j for query i when j > i + (Tk - Tq) (queries aligned to the last keys)
   double dropout = 0;   ///< on the weights, in training: the mask dropout(weights, p, true, seed) draws
   uint64_t dropout_seed = 0;  ///< the seed of that dropout mask

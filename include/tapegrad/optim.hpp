@@ -23,9 +23,9 @@ class Optimizer {
   virtual void step() = 0;
   /// Drops every parameter's gradient (Tensor::zero_grad).
   void zero_grad();
-  void set_lr(double lr) { lr_ = lr; }         ///< The learning rate of the next step().
-  double lr() const { return lr_; }            ///< The current learning rate.
-  int64_t steps() const { return steps_; }     ///< Updates taken (Adam's bias correction uses it).
+  void set_lr(double lr) { lr_ = lr; }      ///< The learning rate of the next step().
+  double lr() const { return lr_; }         ///< The current learning rate.
+  int64_t steps() const { return steps_; }  ///< Updates taken (Adam's bias correction uses it).
   /// Everything needed to resume exactly: named state tensors (`exp_avg.NAME`, ...) and scalars.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
   /// Restores from tensors produced by state_tensors(); throws Error naming a missing or mis-shaped one.

@@ -131,7 +131,8 @@ class Tensor {
   // ---- autograd
   /// True for a parameter and for an op's result computed from one (while recording).
   bool requires_grad() const;
-  /// Marks a leaf as a parameter (or not); throws AutogradError on non-leaf and DTypeError on integer tensors.
+  /// Marks a leaf as a parameter (or not); throws AutogradError on non-leaf and DTypeError on integer
+  /// tensors.
   Tensor& requires_grad_(bool on = true);
   /// True unless a recorded op produced this tensor.
   bool is_leaf() const;

@@ -31,36 +31,36 @@ namespace tapegrad::train {
 
 /// Every option of `tapegrad train`, with its defaults; stored in checkpoints as JSON.
 struct TrainOptions {
-  models::ModelConfig model;      ///< vocab_size is filled from the data
-  std::string task = "reverse";   ///< built-in task, unless train_file is set
+  models::ModelConfig model;       ///< vocab_size is filled from the data
+  std::string task = "reverse";    ///< built-in task, unless train_file is set
   data::TaskOptions task_options;  ///< the built-in task's lengths and symbols
   /// TSV
   /// @{
   std::string train_file, valid_file;
   /// @}
   data::Tokenization tokenization = data::Tokenization::chars;  ///< how TSV lines split into tokens
-  double valid_fraction = 0.1;    ///< TSV without valid_file: hold out this fraction
-  int64_t steps = 1500;           ///< the step to train up to (a resumed run continues to it)
-  int64_t batch_size = 64;        ///< sequences per step
+  double valid_fraction = 0.1;      ///< TSV without valid_file: hold out this fraction
+  int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
+  int64_t batch_size = 64;          ///< sequences per step
   std::string optimizer = "adamw";  ///< adamw | adam | sgd
-  double lr = 1e-3;               ///< peak learning rate
-  double momentum = 0.9;          ///< sgd
-  double weight_decay = 0.01;     ///< decoupled for adamw, L2 for adam and sgd
+  double lr = 1e-3;                 ///< peak learning rate
+  double momentum = 0.9;            ///< sgd
+  double weight_decay = 0.01;       ///< decoupled for adamw, L2 for adam and sgd
   optim::Schedule schedule = optim::Schedule::cosine;  ///< anneals to a sharper final model than inverse_sqrt
-  int64_t warmup = 200;           ///< linear warm-up steps of the schedule
-  double clip_norm = 1.0;         ///< global gradient-norm limit (0: no clipping)
-  double label_smoothing = 0.0;   ///< of the cross-entropy, in [0, 1)
-  uint64_t seed = 1;              ///< model weights, batches and dropout all follow from it
-  int threads = 0;                ///< 0: the default
-  int64_t valid_size = 500;       ///< built-in task: held-out examples
-  int64_t eval_every = 500;       ///< validation every this many steps
-  int64_t log_every = 50;         ///< a log line (and a metrics.csv row) every this many steps
-  int64_t save_every = 1000;      ///< also at the end
-  int64_t decode_max_len = 0;     ///< 0: longest target in the data + 8
-  std::string out_dir;            ///< empty: no checkpoints or CSV
-  std::string resume_dir;         ///< a checkpoint to continue from (empty: a fresh run)
-  bool overwrite = false;         ///< out_dir may hold a checkpoint, which this run replaces (not saved)
-  bool detect_anomaly = false;    ///< AnomalyMode around every step (not saved)
+  int64_t warmup = 200;                                ///< linear warm-up steps of the schedule
+  double clip_norm = 1.0;                              ///< global gradient-norm limit (0: no clipping)
+  double label_smoothing = 0.0;                        ///< of the cross-entropy, in [0, 1)
+  uint64_t seed = 1;            ///< model weights, batches and dropout all follow from it
+  int threads = 0;              ///< 0: the default
+  int64_t valid_size = 500;     ///< built-in task: held-out examples
+  int64_t eval_every = 500;     ///< validation every this many steps
+  int64_t log_every = 50;       ///< a log line (and a metrics.csv row) every this many steps
+  int64_t save_every = 1000;    ///< also at the end
+  int64_t decode_max_len = 0;   ///< 0: longest target in the data + 8
+  std::string out_dir;          ///< empty: no checkpoints or CSV
+  std::string resume_dir;       ///< a checkpoint to continue from (empty: a fresh run)
+  bool overwrite = false;       ///< out_dir may hold a checkpoint, which this run replaces (not saved)
+  bool detect_anomaly = false;  ///< AnomalyMode around every step (not saved)
   /// The options the user gave explicitly, as the command line spells them ("--d-model"): on
   /// --resume, each must agree with the checkpoint unless it is one that may change (not saved).
   std::set<std::string> given;
@@ -83,10 +83,10 @@ extern const std::vector<std::string> kResumableOptions;
 
 /// What evaluate measured.
 struct EvalResult {
-  double loss = 0;            ///< teacher-forced mean cross-entropy
-  double token_accuracy = 0;  ///< greedy output vs target, position by position, over target tokens
-  double exact_match = 0;     ///< greedy output equals the target exactly
-  int64_t examples = 0;       ///< examples scored
+  double loss = 0;                   ///< teacher-forced mean cross-entropy
+  double token_accuracy = 0;         ///< greedy output vs target, position by position, over target tokens
+  double exact_match = 0;            ///< greedy output equals the target exactly
+  int64_t examples = 0;              ///< examples scored
   std::vector<std::string> samples;  ///< a few "source -> output (target)" lines
 };
 
@@ -101,11 +101,11 @@ struct Session {
   /// @{
   std::vector<data::Example> train_examples, valid_examples;
   /// @}
-  int64_t blank_lines = 0;  ///< skipped in the TSV files
+  int64_t blank_lines = 0;                      ///< skipped in the TSV files
   std::unique_ptr<models::Seq2Seq> model;       ///< built from options.model
   std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
-  int64_t step = 0;  ///< steps completed
-  std::shared_ptr<RunDirectory> run_dir;  ///< --out, locked for this session; null without --out
+  int64_t step = 0;                             ///< steps completed
+  std::shared_ptr<RunDirectory> run_dir;        ///< --out, locked for this session; null without --out
 
   /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
@@ -125,22 +125,22 @@ struct StepRecipe {
   /// @{
   int64_t warmup = 0, total_steps = 0;
   /// @}
-  double clip_norm = 0;                 ///< 0: no clipping
-  double label_smoothing = 0;           ///< of the cross-entropy
+  double clip_norm = 0;        ///< 0: no clipping
+  double label_smoothing = 0;  ///< of the cross-entropy
   /// The recipe TrainOptions describe.
   static StepRecipe from(const TrainOptions& options);
 };
 
 /// What train_step measured.
 struct StepResult {
-  int64_t step = 0;       ///< the 1-based step just taken
+  int64_t step = 0;  ///< the 1-based step just taken
   /// The batch's loss and the step's learning rate.
   /// @{
   double loss = 0, lr = 0;
   /// @}
-  double grad_norm = 0;   ///< global L2 norm before clipping
-  int64_t tokens = 0;     ///< target tokens in the batch
-  double seconds = 0;     ///< wall time of the step, split into:
+  double grad_norm = 0;  ///< global L2 norm before clipping
+  int64_t tokens = 0;    ///< target tokens in the batch
+  double seconds = 0;    ///< wall time of the step, split into:
   /// Computing the loss; backward.
   /// @{
   double forward_seconds = 0, backward_seconds = 0;
@@ -186,7 +186,7 @@ struct LoadedModel {
   data::Vocab vocab;                       ///< its vocabulary
   TrainOptions options;                    ///< the options it was trained with
   int64_t step = 0;                        ///< steps it was trained for
-  std::string optimizer_path;  ///< the optimizer state saved with this model
+  std::string optimizer_path;              ///< the optimizer state saved with this model
 };
 /// Loads a checkpoint for inference: model (eval mode), vocabulary and the training options, from a
 /// run directory or a directory holding the two files. Throws IoError naming the file and what is wrong.

@@ -40,20 +40,20 @@ inline constexpr int64_t kMaxPositions = int64_t(1) << 20;
 /// Everything that fixes a model's architecture; stored in checkpoints as JSON.
 struct ModelConfig {
   ModelKind kind = ModelKind::transformer;  ///< which model
-  int64_t vocab_size = 0;  ///< V, shared by source and target (set from the data)
-  int64_t d_model = 128;  ///< embedding width (all models) and Transformer width
-  int64_t layers = 2;     ///< per side
-  double dropout = 0.1;   ///< everywhere the model has dropout, in [0, 1)
+  int64_t vocab_size = 0;                   ///< V, shared by source and target (set from the data)
+  int64_t d_model = 128;                    ///< embedding width (all models) and Transformer width
+  int64_t layers = 2;                       ///< per side
+  double dropout = 0.1;                     ///< everywhere the model has dropout, in [0, 1)
   // Transformer
-  int64_t heads = 4;  ///< Transformer: attention heads, dividing d_model
+  int64_t heads = 4;   ///< Transformer: attention heads, dividing d_model
   int64_t d_ff = 512;  ///< Transformer: feed-forward width
   nn::PositionalKind positional = nn::PositionalKind::sinusoidal;  ///< Transformer: position encoding
   bool norm_first = false;  ///< Transformer: pre-LN when true (post-LN, the paper's, otherwise)
   nn::Activation activation = nn::Activation::relu;  ///< Transformer: feed-forward activation
-  int64_t max_len = 512;  ///< Transformer: positions the position tables hold
+  int64_t max_len = 512;                             ///< Transformer: positions the position tables hold
   // RNN models
-  nn::CellKind cell = nn::CellKind::gru;  ///< RNN models: the recurrent cell
-  int64_t hidden = 256;  ///< RNN models: hidden size H
+  nn::CellKind cell = nn::CellKind::gru;                    ///< RNN models: the recurrent cell
+  int64_t hidden = 256;                                     ///< RNN models: hidden size H
   nn::AttentionScore score = nn::AttentionScore::additive;  ///< attention-rnn: the score function
 
   /// The config as a JSON object, one field per member (what from_json reads).

@@ -18,7 +18,8 @@ Tensor key_padding_mask(const Tensor& ids, DType dtype = DType::f32);
 struct KvCache {
   int64_t capacity = 0;  ///< positions, for self-attention
   int64_t len = 0;       ///< positions held
-  /// Keys, transposed, [B, H, dk, capacity] and values [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..]).
+  /// Keys, transposed, [B, H, dk, capacity] and values [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk,
+  /// ..]).
   /// @{
   Tensor kt, v;
   /// @}

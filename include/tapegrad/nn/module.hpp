@@ -42,7 +42,7 @@ class Module {
 
   /// Sets training mode (dropout active) on this module and every child.
   void train(bool on = true);
-  void eval() { train(false); }                 ///< train(false): dropout off.
+  void eval() { train(false); }                ///< train(false): dropout off.
   bool training() const { return training_; }  ///< True in training mode (the default).
 
  protected:

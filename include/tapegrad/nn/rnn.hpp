@@ -44,7 +44,8 @@ class RnnCell : public Module {
   RnnState initial_state(int64_t batch, DType dtype) const;
   CellKind kind() const { return kind_; }     ///< Which cell.
   int64_t hidden() const { return hidden_; }  ///< H.
-  /// Parameters "w_ih" [G*H, I], "b_ih" [G*H], "w_hh" [G*H, H], "b_hh" [G*H], gates stacked in the order above.
+  /// Parameters "w_ih" [G*H, I], "b_ih" [G*H], "w_hh" [G*H, H], "b_hh" [G*H], gates stacked in the order
+  /// above.
   /// @{
   Tensor w_ih, b_ih, w_hh, b_hh;
   /// @}

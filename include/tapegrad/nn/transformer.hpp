@@ -15,7 +15,7 @@ struct TransformerLayerOptions {
   /// @}
   double dropout = 0.1;                      ///< on attention weights, sub-layer outputs and the feed-forward
   Activation activation = Activation::relu;  ///< the feed-forward's
-  bool norm_first = false;  ///< pre-LN when true
+  bool norm_first = false;                   ///< pre-LN when true
 };
 
 /// x = x + SelfAttn(x); x = x + FF(x)   (with norms placed per norm_first)
