@@ -155,9 +155,11 @@ void at_backward_end(std::function<void()> fn);
 /// @name Writing gradients: the three ways a backward touches an input's .grad
 ///
 /// Every backward closure (src/ops) writes its inputs' gradients through exactly one of these:
+/// ```
 ///   grad_buffer         a kernel that writes every element: overwrite a new buffer, add to an old one
 ///   grad_buffer_zeroed  a kernel that only adds (scatters, windows, sums): a new buffer starts at zero
 ///   accumulate_grad     a gradient already computed as a tensor (or dy itself): add it, or adopt it
+/// ```
 ///
 /// The sole-owner rule, the one condition under which a gradient takes over another tensor's storage
 /// instead of copying it: t has no gradient yet, and g is contiguous, does not require grad, and is the

@@ -128,7 +128,9 @@ class Task {
   Tokenization tokenization_ = Tokenization::chars;  ///< set by the subclass if not chars
 };
 
-/// Names (formats in src/data/tasks.cpp, letters a.. are the `symbols` content symbols):
+/// The built-in task called `name`, with `options`.
+/// Names (formats in src/data/tasks.cpp, the letters from a on are the `symbols` content symbols):
+/// ```
 ///   copy     "cabd"        -> "cabd"
 ///   reverse  "cabd"        -> "dbac"
 ///   sort     "cabd"        -> "abcd"        (ascending, repeats kept)
@@ -138,6 +140,7 @@ class Task {
 ///   pair-recall "a3 c7 b1 ? c" -> "7"       (recall with each key-value pair one token, whitespace
 ///                                             tokens: the lookup without binding a value to the key
 ///                                             before it; L = pairs + 2)
+/// ```
 /// Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
 /// Throws Error naming the valid tasks for an unknown name, or the bad option.
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& options);

@@ -2,6 +2,7 @@
 /// Experiments that measure the claims behind the path Vanilla Seq2Seq -> Attention Seq2Seq -> Transformer:
 /// what `tapegrad experiment NAME` runs, as a library so tests drive the same code.
 ///
+/// ```
 ///   bottleneck   vanilla GRU seq2seq vs attention GRU on copy and reverse; accuracy per source-length bin
 ///   long-range   the recall task (a value far back in the source) per length bin: rnn, attention-rnn,
 ///                transformer
@@ -11,6 +12,7 @@
 ///                similar size, at 1 and N threads, beside each step's critical path and parallel width
 ///   gradient-path  |d log p(y_j) / d source embedding| against distance for a trained rnn,
 ///                attention-rnn and transformer on reverse; the critical path of a step against length
+/// ```
 ///
 /// Every arm of an accuracy experiment trains with the same seed (so the same batches), the same step
 /// budget and the same optimizer settings, through train::train; it is then scored by greedy decoding
@@ -66,7 +68,7 @@ struct Figure {
   /// A line chart (series) or a heatmap (cells).
   enum class Kind { lines, heatmap };
   Kind kind = Kind::lines;  ///< which picture
-  std::string file;         ///< e.g. "accuracy.png"
+  std::string file;         ///< the PNG's name, such as "accuracy.png"
   /// The title and the axis labels.
   /// @{
   std::string title, x_label, y_label;
@@ -74,7 +76,7 @@ struct Figure {
   /// lines
   std::vector<Series> series;
   bool log_y = false;  ///< lines: logarithmic y axis
-  /// heatmap: cells[row][col] in [0, 1] (e.g. attention weights: rows are output positions, columns
+  /// heatmap: cells[row][col] in [0, 1] (such as attention weights: rows are output positions, columns
   /// source positions), with one label per row and per column
   std::vector<std::vector<double>> cells;
   /// heatmap: one label per row and per column of cells
@@ -98,7 +100,7 @@ struct Report {
 
 /// Progress while an arm trains (or a timing point runs).
 struct Progress {
-  std::string arm;  ///< e.g. "attention-rnn on copy"
+  std::string arm;  ///< its name, such as "attention-rnn on copy"
   /// This arm's number (1-based) and how many arms there are.
   /// @{
   int arm_index, arms;

@@ -2,6 +2,7 @@
 /// Instruments for seeing backprop work, all built on TapeObserver (autograd.hpp), so they add no
 /// state to ops and see exactly what a step does:
 ///
+/// ```
 ///   TapeRecorder  one row per tape entry of a step: op, output shape, where its inputs come from,
 ///                 bytes it keeps alive for backward, forward and backward time, the norm of the
 ///                 gradient that flowed into its output; the critical path (the longest chain of
@@ -11,6 +12,7 @@
 ///   AnomalyMode   checks every op's output in forward and every gradient in backward for NaN/Inf and
 ///                 throws NonFiniteError at the first, naming the op, the tape entry, the step, the
 ///                 shapes and min/max/mean of each input.
+/// ```
 #pragma once
 
 #include <array>
@@ -44,7 +46,7 @@ struct TapeRow {
 /// parameters (named leaves) are not counted as saved: they live whether or not a step runs.
 class TapeRecorder : public TapeObserver {
  public:
-  /// `resident`: tensors that live whether or not a step runs (a model's buffers, e.g. sin/cos
+  /// `resident`: tensors that live whether or not a step runs (a model's buffers, such as sin/cos
   /// tables); their storages are never counted as saved, also when an entry reads a view of them.
   explicit TapeRecorder(const std::vector<Tensor>& resident = {});
   void recorded(const Tape& tape, size_t index) override;
@@ -61,7 +63,9 @@ class TapeRecorder : public TapeObserver {
   /// Graphviz DOT: one node per entry labelled op and shape, parameter leaves by name, edges for inputs.
   std::string dot() const;
   /// {"entries": [{"index", "op", "output_shape", "inputs", "input_entries", "saved_bytes",
+  /// ```
   ///   "forward_us", "backward_us", "grad_norm", "depth"}, ...], "saved_bytes", "critical_path"}
+  /// ```
   /// (grad_norm null where no gradient reached the entry).
   std::string json() const;
 

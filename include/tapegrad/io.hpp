@@ -44,7 +44,7 @@ std::string save_safetensors_bytes(const std::vector<std::pair<std::string, Tens
                                    const std::string& name = "<bytes>");
 /// Reads and validates `path`; throws IoError naming the path and what is wrong.
 SafetensorsFile load_safetensors(const std::string& path);
-/// The same reader over bytes already in memory (e.g. a fuzzer's input); `name` stands for the path in
+/// The same reader over bytes already in memory (such as a fuzzer's input); `name` stands for the path in
 /// errors and in the result.
 SafetensorsFile load_safetensors_bytes(std::string_view bytes, const std::string& name = "<bytes>");
 

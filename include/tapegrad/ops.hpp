@@ -133,7 +133,7 @@ Tensor max(const Tensor& a, int axis, bool keepdim = false);
 struct SoftmaxSpec {
   double scale = 1.0;  ///< applied to x before the mask
   /// Additive, broadcast over leading dims: shape [.., Tq, Tk] whose trailing dims match x's and whose
-  /// leading dims are 1 or match (e.g. [B,1,1,Tk]); undefined: none.
+  /// leading dims are 1 or match (such as [B,1,1,Tk]); undefined: none.
   Tensor mask;
   bool causal = false;  ///< mask key j > query i (decoder self-attention)
 };
@@ -163,11 +163,15 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 
 // ---- fused recurrent-model ops (src/ops/fused.cpp) ----------------------------------------------
 /// GRU gates from the input and recurrent projections xp, hp [B, 3H] (gate order r, z, n; rows may be
-/// strided views, e.g. one time step of a [B, T, 3H] projection) and the state h [B, H]:
+/// strided views, such as one time step of a [B, T, 3H] projection) and the state h [B, H]:
+/// ```
 ///   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h  -> [B, H]
+/// ```
 Tensor gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h);
 /// Additive (Bahdanau) attention scores: keys [B, S, A] (projected), query [B, A] (projected), v [A]
+/// ```
 ///   scores[b, s] = v . tanh(keys[b, s, :] + query[b, :])  -> [B, S]
+/// ```
 /// Nothing of size [B, S, A] is kept for backward: it recomputes tanh chunk by chunk.
 Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
 
@@ -181,8 +185,10 @@ struct AttentionSpec {
   uint64_t dropout_seed = 0;  ///< the seed of that dropout mask
 };
 /// Multi-head scaled dot-product attention in the heads-inner layout the projections produce:
+/// ```
 ///   q [B, Tq, H, dk], k [B, Tk, H, dk], v [B, Tk, H, dv] -> o [B, Tq, H, dv], per (b, h):
 ///   o = dropout(softmax(scale * q k^T + mask)) v
+/// ```
 /// fused, so the [B, H, Tq, Tk] weights are never stored (backward recomputes them from the rows'
 /// log-sum-exp). Views whose last dimension is contiguous (heads narrowed off a stacked projection)
 /// are read in place, and o.reshape({B, Tq, H * dv}) is a view. A row with no key to see (causal

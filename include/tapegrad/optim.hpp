@@ -81,9 +81,11 @@ const char* schedule_name(Schedule s);
 Schedule parse_schedule(const std::string& name);
 
 /// The learning rate at 1-based `step`:
+/// ```
 ///   constant:     base (after linear warm-up if warmup > 0)
 ///   inverse_sqrt: base * min(step / warmup, sqrt(warmup / step))   (the Transformer paper's, peak = base)
 ///   cosine:       linear warm-up, then base * (min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2)
+/// ```
 double learning_rate(Schedule s, double base, int64_t step, int64_t warmup, int64_t total_steps,
                      double min_ratio = 0.0);
 

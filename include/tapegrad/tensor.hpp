@@ -82,7 +82,7 @@ struct TensorImpl;
 /// ShapeError for a negative dimension).
 class Tensor {
  public:
-  Tensor() = default;  ///< An undefined tensor (e.g. "no bias").
+  Tensor() = default;  ///< An undefined tensor (for example "no bias").
   /// Wraps an existing implementation (op and view code).
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 

@@ -65,7 +65,7 @@ struct TrainOptions {
   /// --resume, each must agree with the checkpoint unless it is one that may change (not saved).
   std::set<std::string> given;
 
-  /// Throws Error naming the option as the command line spells it and its allowed range, e.g.
+  /// Throws Error naming the option as the command line spells it and its allowed range, as in
   /// "--lr nan: expected a finite number above 0". Called before anything is built or written.
   void validate() const;
   /// On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
@@ -114,7 +114,7 @@ struct Session {
 };
 
 /// Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
-/// model shape then override, e.g. a larger --steps).
+/// model shape then override, such as a larger --steps).
 Session make_session(const TrainOptions& options);
 
 /// What a step needs besides the model, the optimizer and the batch.

@@ -1,12 +1,14 @@
 /// @file
 /// The three sequence-to-sequence models of the path Vanilla Seq2Seq -> Attention Seq2Seq -> Transformer.
 ///
+/// ```
 ///   rnn:           RNN encoder; the decoder starts from the encoder's final state and sees nothing else
 ///                  of the source (the bottleneck).
 ///   attention-rnn: the same, plus attention over all encoder states at every decoder step (Luong-style
 ///                  with input feeding; additive (Bahdanau) or dot scoring).
 ///   transformer:   encoder-decoder Transformer: N layers each side, multi-head self-attention, masked
 ///                  decoder self-attention, cross-attention, sin/cos or learned positions.
+/// ```
 /// Each has a teacher-forced loss, greedy decoding and beam search. One vocabulary serves both sides.
 #pragma once
 

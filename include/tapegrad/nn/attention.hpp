@@ -27,6 +27,7 @@ struct KvCache {
 
 /// How MultiHeadAttention computes softmax(q k^T / sqrt(d_k) + mask) v. Both give the same result up
 /// to float rounding, with the same dropout mask:
+/// ```
 ///   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
 ///   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
 ///   automatic (the default): fused when Tq * Tk >= kFusedMinScores and no KV cache is in use, else
@@ -36,6 +37,7 @@ struct KvCache {
 ///            of 64), so it pays where the T^2 weights start to dominate memory, from 256 x 256 on.
 ///            The choice depends on sizes only, never on the thread count, so training stays bitwise
 ///            the same at any thread count.
+/// ```
 /// A KV cache always takes the unfused path.
 enum class AttentionPath { automatic, fused, unfused };
 
@@ -48,7 +50,7 @@ class MultiHeadAttention : public Module {
   /// `dim` = C features split into `heads` heads of dim / heads (ShapeError unless it divides);
   /// dropout on the attention weights; weights drawn from `gen`.
   MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
-  /// mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
+  /// mask: additive, broadcastable to [B, H, Tq, Tk] (such as key_padding_mask), or undefined.
   /// causal: query i may not attend to key j > i (decoder self-attention).
   /// cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
   /// self-attention (memory is query) it attends over every position so far, itself included. A cache
@@ -84,7 +86,9 @@ const char* score_name(AttentionScore s);
 AttentionScore parse_score(const std::string& name);
 
 /// Attention of one decoder state over all encoder states.
+/// ```
 ///   additive (Bahdanau): e_j = v^T tanh(W_q s + W_k h_j);  dot (Luong, general): e_j = s^T W h_j
+/// ```
 /// weights = softmax(e + mask), context = sum_j weights_j h_j.
 class SeqAttention : public Module {
  public:

@@ -49,7 +49,7 @@ class Module {
   /// Marks `t` as a parameter (requires grad) called `name` within this module.
   /// Returns `t` (the same handle).
   Tensor register_parameter(const std::string& name, Tensor t);
-  /// A constant tensor that follows to(dtype) but is neither trained nor saved (e.g. sin/cos tables).
+  /// A constant tensor that follows to(dtype) but is neither trained nor saved (such as sin/cos tables).
   /// Returns `t`.
   Tensor register_buffer(Tensor t);
   /// Adds `m` as the child called `name` (a path segment of its parameters' names); returns `m`.

@@ -29,9 +29,11 @@ struct RnnState {
 };
 
 /// One layer's cell. Gates G: elman 1, gru 3 (r, z, n), lstm 4 (i, f, g, o).
+/// ```
 ///   elman: h' = tanh(x W_ih + b_ih + h W_hh + b_hh)
 ///   gru:   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r * h_n), h' = (1 - z) n + z h
 ///   lstm:  i, f, o = s(.), g = tanh(.), c' = f c + i g, h' = o tanh(c')
+/// ```
 class RnnCell : public Module {
  public:
   /// `input` features I to `hidden` features H, weights uniform(+-1/sqrt(H)) from `gen` (PyTorch's default).
@@ -69,7 +71,7 @@ class RnnStack : public Module {
   /// A single step for all layers (decoding): x [B, I] -> top h [B, H]; states updated in place.
   Tensor step(const Tensor& x, std::vector<RnnState>& states, Generator& gen);
   /// The same step from layer 0's already projected input xp0 [B, G*H] (x W_ih^T + b_ih computed by
-  /// the caller, e.g. partly for all time steps at once).
+  /// the caller, for instance partly for all time steps at once).
   Tensor step_projected(const Tensor& xp0, std::vector<RnnState>& states, Generator& gen);
   /// One RnnCell::initial_state per layer.
   std::vector<RnnState> initial_states(int64_t batch, DType dtype) const;
