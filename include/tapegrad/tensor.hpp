@@ -77,7 +77,7 @@ class Generator {
 struct TensorImpl;
 
 /// An N-dimensional array: a shared handle on a TensorImpl (copies alias; clone() copies the data).
-/// A default-constructed Tensor is undefined: every query but defined() and requires_grad() then
+/// A default-constructed Tensor is undefined: asking for its shape, dtype, data or gradient then
 /// throws Error. Creation functions allocate with the caching allocator and throw OutOfMemory (or
 /// ShapeError for a negative dimension).
 class Tensor {
