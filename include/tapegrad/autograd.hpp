@@ -41,7 +41,7 @@ const char* op_name(OpKind op);
 /// inputs and output (shared handles) until the tape is cleared.
 struct TapeEntry {
   OpKind op;                   ///< which op recorded it
-  std::vector<Tensor> inputs;  ///< the op's tensor inputs, in its argument order (undefined ones kept)
+  std::vector<Tensor> inputs;  ///< the op's tensor inputs, as the op passed them to record()
   Tensor output;               ///< the op's result
   /// Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
   std::function<void(const Tensor& grad_output)> backward;

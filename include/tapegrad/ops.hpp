@@ -98,8 +98,8 @@ class WeightPackScope {
 };
 
 // ---- shape (src/ops/shape.cpp) ------------------------------------------------------------------
-/// The same elements in `shape` (one dimension may be -1: inferred); a view when a is contiguous,
-/// else a copy. ShapeError if the element counts differ.
+/// The same elements in `shape` (one dimension may be -1: inferred); a view whenever a's layout
+/// allows it (always when contiguous), else a copy. ShapeError if the element counts differ.
 Tensor reshape(const Tensor& a, const Shape& shape);
 /// Swaps two dimensions (negative counts from the back): a view.
 Tensor transpose(const Tensor& a, int dim0, int dim1);
