@@ -24,10 +24,12 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-// `tapegrad ARGS`, with `stdin_text` (if any) on its standard input.
-inline Run run(const std::string& args, const std::string& stdin_text = "") {
+// `tapegrad ARGS`, with `stdin_text` (if any) on its standard input; stderr goes where `stderr_to`
+// says, as the shell's 2> would read it (by default into `out`).
+inline Run run(const std::string& args, const std::string& stdin_text = "",
+               const std::string& stderr_to = "&1") {
   namespace fs = std::filesystem;
-  std::string cmd = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args + " 2>&1";
+  std::string cmd = std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args + " 2>" + stderr_to;
   if (!stdin_text.empty()) {
     const std::string in = fs::temp_directory_path() / ("tapegrad-cli-stdin-" + std::to_string(::getpid()));
     std::ofstream(in) << stdin_text;
@@ -40,6 +42,24 @@ inline Run run(const std::string& args, const std::string& stdin_text = "") {
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// What a process wrote, stream by stream.
+struct SplitRun {
+  int code;
+  std::string out, err;  // stdout; stderr
+};
+
+// `tapegrad ARGS` like run(), with stdout and stderr kept apart.
+inline SplitRun run_split(const std::string& args, const std::string& stdin_text = "") {
+  namespace fs = std::filesystem;
+  const std::string err_path =
+      fs::temp_directory_path() / ("tapegrad-cli-stderr-" + std::to_string(::getpid()));
+  const Run r = run(args, stdin_text, err_path);
+  std::ifstream in(err_path);
+  std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(err_path);
+  return {r.code, r.out, err};
 }
 
 // `tapegrad ARGS` with one extra environment variable set (NAME=VALUE) for the child only.
