@@ -63,7 +63,8 @@ struct TrainOptions {
   // "--lr nan: expected a finite number above 0". Called before anything is built or written.
   void validate() const;
   // On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
-  // (the checkpoint's), except those that may change on resume (kResumableOptions).
+  // (the checkpoint's), except those that may change on resume (kResumableOptions). --train and
+  // --valid agree when they name the same absolute path.
   void check_resume(const TrainOptions& saved) const;
   /// The options as the JSON object stored in checkpoints and written to `--out/config.json`: every
   /// field above except out_dir, resume_dir, overwrite, detect_anomaly and given; numbers round-trip

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
 
@@ -122,7 +123,8 @@ void TrainOptions::check_resume(const TrainOptions& saved) const {
   for (const auto& [name, value] : run_shaping_options()) {
     if (!given.count(name)) continue;
     const std::string want = value(*this), have = value(saved);
-    if (want != have)
+    const bool path = name == "--train" || name == "--valid";  // one file, however it was spelt
+    if (want != have && !(path && absolute_path(want) == absolute_path(have)))
       conflicts += (conflicts.empty() ? "" : "; ") + name + " " + want + " (checkpoint: " + have + ")";
   }
   if (conflicts.empty()) return;

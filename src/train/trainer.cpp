@@ -45,12 +45,6 @@ std::string exact(double v) {
   return std::string(buf, end);
 }
 
-// Data files are kept as absolute paths, so a checkpoint resumes (and a config.json repeats) from
-// any working directory: a relative path means the directory it was given in, which is only known now.
-std::string absolute_path(const std::string& path) {
-  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
-}
-
 int64_t longest_target(const std::vector<data::Example>& ex) {
   size_t n = 0;
   for (const auto& e : ex) n = std::max(n, e.tgt.size());
@@ -58,6 +52,12 @@ int64_t longest_target(const std::vector<data::Example>& ex) {
 }
 
 }  // namespace
+
+// Data files are kept as absolute paths, so a checkpoint resumes (and a config.json repeats) from
+// any working directory: a relative path means the directory it was given in, which is only known now.
+std::string absolute_path(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
 
 data::Batch Session::batch_for_step(int64_t s) const {
   std::vector<data::Example> ex;
@@ -162,7 +162,7 @@ Session make_session(const TrainOptions& requested_options) {
     check_recorded_file(resumed->options.valid_file, "--valid", requested.resume_dir);
     resumed->options.train_file = absolute_path(resumed->options.train_file);
     resumed->options.valid_file = absolute_path(resumed->options.valid_file);
-    requested.check_resume(resumed->options);
+    requested_options.check_resume(resumed->options);  // the paths as given, in its message
     o = resumed_options(resumed->options, requested);
     if (o.steps < resumed->step)
       throw Error("--steps " + std::to_string(o.steps) + ": below the checkpoint's step " +

@@ -421,6 +421,10 @@ TEST_CASE(
   REQUIRE(resumed.code == 0);
   CHECK_THAT(resumed.out, Catch::Contains("resuming at step 2"));
   require_same_parameters(dir + "/straight", dir + "/run");
+  // The same file spelt from here is no conflict.
+  const Run same = run_in(dir + "/elsewhere", "train --resume ../run --steps 4 --train ../data/train.tsv");
+  INFO(same.out);
+  CHECK(same.code == 0);
 
   // The data moved away: the error says where the path came from.
   fs::rename(dir + "/data", dir + "/moved");
