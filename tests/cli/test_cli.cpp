@@ -235,7 +235,7 @@ TEST_CASE("train writes --out/config.json; train --config repeats the run, the c
   CHECK(c.at("seed") == 5);
   CHECK(metrics_column(dir + "/c", 1) == std::vector<std::string>(losses.begin(), losses.begin() + 3));
   // A subset of the keys is a config too; the rest keep their defaults.
-  std::ofstream(dir + "/partial.json") << R"({"steps": 2, "model": {"d_model": 16, "heads": 2}})";
+  std::ofstream(dir + "/partial.json") << R"({"steps": 2, "schedule": "constant", "model": {"d_model": 16, "heads": 2}})";
   REQUIRE(run("train --config " + dir +
               "/partial.json --task copy --min-len 3 --max-len 4 --threads 1 "
               "--valid-size 5 --out " +
@@ -243,6 +243,7 @@ TEST_CASE("train writes --out/config.json; train --config repeats the run, the c
               .code == 0);
   const nlohmann::json d = nlohmann::json::parse(slurp(dir + "/d/config.json"));
   CHECK(d.at("steps") == 2);
+  CHECK(d.at("warmup") == 0);  // constant means constant here too
   CHECK(d.at("model").at("d_model") == 16);
   CHECK(d.at("model").at("layers") == train::TrainOptions{}.model.layers);
   // Unknown keys and wrong types: one line naming the file and the key, exit 2.

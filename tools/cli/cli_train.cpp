@@ -51,7 +51,8 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--config", *config,
                   "Read the options from a JSON file: a run's --out/config.json (which every run with --out "
                   "writes: all its effective options) or any subset of its keys; options given on the "
-                  "command line override the file's. Repeats a run exactly with a new --out");
+                  "command line override the file's (a warmup in the file counts as given with --schedule "
+                  "constant). Repeats a run exactly with a new --out");
   sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")
       ->capture_default_str()
       ->check(int_range(0, int64_t(1) << 40));
