@@ -29,6 +29,7 @@ enum class OpKind : uint8_t {
   sum_axis, sum_all, max_axis,
   softmax, log_softmax, layer_norm, embedding, cross_entropy, dropout, where,
   gru_cell, additive_score, scaled_dot_product_attention,
+  custom,  ///< a function defined outside the library, recorded by record_custom (named on its entry)
   count_
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::count_);
@@ -40,7 +41,11 @@ struct TapeEntry {
   Tensor output;
   // Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
   std::function<void(const Tensor& grad_output)> backward;
+  std::string name;  ///< a custom op's own name (record_custom); empty for the library's ops
 };
+
+/// The name an entry shows in tape dumps and error messages: a custom op's own name, else op_name(op).
+const char* entry_name(const TapeEntry& entry);
 
 class Tape {
  public:
@@ -129,6 +134,18 @@ void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
 // gradient summed over many uses that must be written even if some use's entry is off the path
 // to the output. Only valid inside a backward closure.
 void at_backward_end(std::function<void()> fn);
+
+// ---- your own op --------------------------------------------------------------------------------
+
+/// Records a differentiable function defined outside the library, exactly as the library's ops
+/// record theirs: compute `output` from `inputs` under NoGrad (so the forward's own ops leave no
+/// entries), then, when should_record(inputs), call this with a `backward` closure that reads
+/// d(output) and adds each input's gradient with accumulate_grad (skipping inputs that do not
+/// require grad). The entry has OpKind::custom and shows `name` in tape dumps and anomaly messages.
+/// Throws AutogradError when `name` is empty, `output` is undefined, or `output` already requires
+/// grad (a parameter, or the forward ran with recording on).
+void record_custom(std::string name, std::vector<Tensor> inputs, const Tensor& output,
+                   std::function<void(const Tensor& grad_output)> backward);
 
 // ---- writing gradients: the three ways a backward touches an input's .grad ---------------------
 //

@@ -244,7 +244,7 @@ AnomalyMode::~AnomalyMode() = default;
 void AnomalyMode::recorded(const Tape& tape, size_t index) {
   const TapeEntry& e = tape.entries()[index];
   if (all_finite(e.output)) return;
-  throw NonFiniteError("anomaly in forward: " + std::string(op_name(e.op)) + " at tape entry #" +
+  throw NonFiniteError("anomaly in forward: " + std::string(entry_name(e)) + " at tape entry #" +
                        std::to_string(index) + " of " + std::to_string(tape.size()) +
                        (step_ >= 0 ? " (step " + std::to_string(step_) + ")" : std::string()) +
                        " produced a non-finite output " + e.output.describe() + "; inputs: " +
@@ -256,7 +256,7 @@ void AnomalyMode::after_backward(const Tape& tape, size_t index) {
   for (size_t j = 0; j < e.inputs.size(); ++j) {
     const Tensor& in = e.inputs[j];
     if (!in.defined() || !in.requires_grad() || all_finite(in.grad())) continue;
-    throw NonFiniteError("anomaly in backward: the backward of " + std::string(op_name(e.op)) + " at tape entry #" +
+    throw NonFiniteError("anomaly in backward: the backward of " + std::string(entry_name(e)) + " at tape entry #" +
                          std::to_string(index) + " of " + std::to_string(tape.size()) +
                          (step_ >= 0 ? " (step " + std::to_string(step_) + ")" : std::string()) +
                          " made the gradient of input " + std::to_string(j) +

@@ -16,7 +16,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "matmul", "linear", "permute", "reshape", "contiguous", "concat", "narrow",
     "sum_axis", "sum_all", "max_axis",
     "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout", "where",
-    "gru_cell", "additive_score", "scaled_dot_product_attention",
+    "gru_cell", "additive_score", "scaled_dot_product_attention", "custom",
 };
 // Fails to compile if an OpKind was added without its name (the array would have an empty slot).
 constexpr bool all_named() {
@@ -43,6 +43,9 @@ ObserveScope::ObserveScope(TapeObserver& observer) { t_observers.push_back(&obse
 ObserveScope::~ObserveScope() { t_observers.pop_back(); }
 
 const char* op_name(OpKind op) { return kOpNames[size_t(op)]; }
+const char* entry_name(const TapeEntry& entry) {
+  return entry.name.empty() ? op_name(entry.op) : entry.name.c_str();
+}
 
 void Tape::clear() {
   entries_.clear();
@@ -57,7 +60,7 @@ std::string Tape::dump() const {
   };
   for (size_t i = 0; i < entries_.size(); ++i) {
     const TapeEntry& e = entries_[i];
-    os << "#" << i << " " << op_name(e.op) << "(";
+    os << "#" << i << " " << entry_name(e) << "(";
     for (size_t j = 0; j < e.inputs.size(); ++j) os << (j ? ", " : "") << describe(e.inputs[j]);
     os << ") -> " << e.output.describe() << "\n";
   }
@@ -88,19 +91,37 @@ bool should_record(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::function<void(const Tensor&)> backward) {
+namespace {
+// record and record_custom: checks the inputs' tapes are alive, marks the output, appends the entry.
+void push_entry(TapeEntry entry) {
   Tape& tape = current_tape();
-  for (const Tensor& in : inputs) {
+  for (const Tensor& in : entry.inputs) {
     if (in.defined() && in.requires_grad() && !in.is_leaf() && in.impl()->tape_generation != tape.generation())
-      throw AutogradError(std::string(op_name(op)) + ": input " + in.describe() +
+      throw AutogradError(std::string(entry_name(entry)) + ": input " + in.describe() +
                           " was produced on a tape that has since been freed (by backward); recompute it, or "
                           "pass retain_graph=true to the earlier backward");
   }
-  output.impl()->requires_grad = true;
-  output.impl()->tape_generation = tape.generation();
-  tape.push(TapeEntry{op, std::move(inputs), output, std::move(backward)});
+  entry.output.impl()->requires_grad = true;
+  entry.output.impl()->tape_generation = tape.generation();
+  tape.push(std::move(entry));
   if (!t_observers.empty())
     for (TapeObserver* o : t_observers) o->recorded(tape, tape.size() - 1);
+}
+}  // namespace
+
+void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::function<void(const Tensor&)> backward) {
+  push_entry(TapeEntry{op, std::move(inputs), output, std::move(backward), {}});
+}
+
+void record_custom(std::string name, std::vector<Tensor> inputs, const Tensor& output,
+                   std::function<void(const Tensor&)> backward) {
+  if (name.empty()) throw AutogradError("record_custom: the op needs a name");
+  if (!output.defined()) throw AutogradError("record_custom(" + name + "): output is undefined");
+  if (output.requires_grad())
+    throw AutogradError("record_custom(" + name + "): output " + output.describe() +
+                        " already requires grad (a parameter, or a result recorded on the tape); compute the "
+                        "forward into a new tensor under NoGrad");
+  push_entry(TapeEntry{OpKind::custom, std::move(inputs), output, std::move(backward), std::move(name)});
 }
 
 // ---- writing gradients ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ std::string ModelConfig::to_json() const {
       {"positional", nn::positional_name(positional)}, {"norm_first", norm_first},
       {"activation", nn::activation_name(activation)}, {"max_len", max_len},
       {"rnn_cell", nn::cell_name(cell)}, {"hidden", hidden}, {"attention", nn::score_name(score)},
+      {"tie_embeddings", tie_embeddings}, {"version", kJsonVersion},
   };
   return j.dump();
 }
@@ -60,6 +61,17 @@ std::string string_field(const nlohmann::json& j, const char* key) {
   return config_field(j, key, [](const nlohmann::json& v) { return v.get<std::string>(); });
 }
 
+bool bool_field(const nlohmann::json& j, const char* key) {
+  return config_field(j, key, [](const nlohmann::json& v) { return v.get<bool>(); });
+}
+
+// The attention score as stored by a config of `version`: version 1 had no "general" and stored
+// that score (s^T W h_j) as "dot" (alias "luong").
+nn::AttentionScore stored_score(const std::string& name, int64_t version) {
+  if (version == 1 && (name == "dot" || name == "luong")) return nn::AttentionScore::general;
+  return nn::parse_score(name);
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const std::string& text) {
@@ -70,6 +82,10 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
     throw Error(std::string("model config: invalid JSON: ") + e.what());
   }
   if (!j.is_object()) throw Error(std::string("model config: expected a JSON object, got ") + j.type_name());
+  const int64_t version = j.contains("version") ? integer_field(j, "version") : 1;
+  if (version < 1 || version > kJsonVersion)
+    throw Error("model config: version " + std::to_string(version) + " is not one this build reads (1 to " +
+                std::to_string(kJsonVersion) + ")");
   ModelConfig c;
   c.kind = parse_model(string_field(j, "model"));
   c.vocab_size = integer_field(j, "vocab_size");
@@ -79,12 +95,13 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
   c.heads = integer_field(j, "heads");
   c.d_ff = integer_field(j, "d_ff");
   c.positional = nn::parse_positional(string_field(j, "positional"));
-  c.norm_first = config_field(j, "norm_first", [](const nlohmann::json& v) { return v.get<bool>(); });
+  c.norm_first = bool_field(j, "norm_first");
   c.activation = nn::parse_activation(string_field(j, "activation"));
   c.max_len = integer_field(j, "max_len");
   c.cell = nn::parse_cell(string_field(j, "rnn_cell"));
   c.hidden = integer_field(j, "hidden");
-  c.score = nn::parse_score(string_field(j, "attention"));
+  c.score = stored_score(string_field(j, "attention"), version);
+  c.tie_embeddings = version >= 2 && bool_field(j, "tie_embeddings");
   c.validate(ConfigNames::json);
   return c;
 }
@@ -112,6 +129,9 @@ void ModelConfig::validate(ConfigNames names) const {
   if (max_len > kMaxPositions)
     throw Error(field("max_len", "max_len", std::to_string(max_len)) + ": at most " +
                 std::to_string(kMaxPositions) + " positions");
+  if (tie_embeddings && kind != ModelKind::transformer)
+    throw Error(std::string(cli ? "--tie-embeddings" : "tie_embeddings") +
+                ": only for the transformer, not " + model_name(kind));
   if (kind == ModelKind::transformer && d_model % heads != 0)
     throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
                 field("heads", "--heads", std::to_string(heads)));

@@ -68,7 +68,9 @@ Counts<N> count(const ModelConfig& c) {
     const N encoder_layer = attention + feed_forward + two * norm;
     const N decoder_layer = two * attention + feed_forward + num<N>(3) * norm;
     const N positions = two * T * C;  // src_pos and tgt_pos
-    N p = two * V * C + L * (encoder_layer + decoder_layer) + linear(C, V, true);
+    // Tied: one [V, C] table for both embeddings and the output projection (no bias); else two
+    // embeddings and a projection with its bias.
+    N p = (c.tie_embeddings ? V * C : two * V * C + linear(C, V, true)) + L * (encoder_layer + decoder_layer);
     if (c.norm_first) p = p + two * norm;
     if (c.positional == nn::PositionalKind::learned) p = p + positions;
     return {p, c.positional == nn::PositionalKind::sinusoidal ? positions : zero};
@@ -81,8 +83,9 @@ Counts<N> count(const ModelConfig& c) {
   };
   N p = two * V * E + stack(E) + stack(attention ? E + H : E) + linear(H, V, true);
   if (attention) {
-    const N scorer = c.score == nn::AttentionScore::additive ? linear(H, H, false) + linear(H, H, true) + H
-                                                             : linear(H, H, false);
+    const N scorer = c.score == nn::AttentionScore::additive  ? linear(H, H, false) + linear(H, H, true) + H
+                     : c.score == nn::AttentionScore::general ? linear(H, H, false)
+                                                              : zero;
     p = p + scorer + linear(two * H, H, false);
   }
   return {p, zero};

@@ -1,5 +1,7 @@
 // The Transformer encoder-decoder: embeddings scaled by sqrt(d_model) plus positions, N encoder and
-// N decoder layers, a final norm for pre-LN, and a linear output projection to the vocabulary.
+// N decoder layers, a final norm for pre-LN, and a linear output projection to the vocabulary. With
+// tie_embeddings one table (src_embed.weight) is both embeddings and the projection's weight, and the
+// tape adds the gradients of its three uses into it.
 #include <cmath>
 
 #include "src/models/models_internal.hpp"
@@ -15,7 +17,9 @@ class Transformer : public Seq2Seq {
     Generator& g = gen_;
     const double emb_std = 1.0 / std::sqrt(double(c.d_model));  // times sqrt(d) in forward: unit scale
     src_embed_ = register_module("src_embed", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, g, emb_std));
-    tgt_embed_ = register_module("tgt_embed", std::make_shared<nn::Embedding>(c.vocab_size, c.d_model, g, emb_std));
+    tgt_embed_ = c.tie_embeddings ? src_embed_
+                                  : register_module("tgt_embed", std::make_shared<nn::Embedding>(
+                                                                     c.vocab_size, c.d_model, g, emb_std));
     src_pos_ = register_module("src_pos", std::make_shared<nn::PositionalEncoding>(c.positional, c.max_len, c.d_model, g));
     tgt_pos_ = register_module("tgt_pos", std::make_shared<nn::PositionalEncoding>(c.positional, c.max_len, c.d_model, g));
     const nn::TransformerLayerOptions o{c.d_model, c.heads, c.d_ff, c.dropout, c.activation, c.norm_first};
@@ -27,7 +31,8 @@ class Transformer : public Seq2Seq {
       enc_norm_ = register_module("encoder.norm", std::make_shared<nn::LayerNorm>(c.d_model));
       dec_norm_ = register_module("decoder.norm", std::make_shared<nn::LayerNorm>(c.d_model));
     }
-    out_proj_ = register_module("out_proj", std::make_shared<nn::Linear>(c.d_model, c.vocab_size, g));
+    if (!c.tie_embeddings)
+      out_proj_ = register_module("out_proj", std::make_shared<nn::Linear>(c.d_model, c.vocab_size, g));
     drop_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
   }
 
@@ -60,7 +65,7 @@ class Transformer : public Seq2Seq {
       Tensor x = embed(*tgt_embed_, *tgt_pos_, Tensor::from_ids(last, {B, 1}), t);
       for (size_t l = 0; l < decoder_.size(); ++l) x = decoder_[l]->forward(x, memory, {}, src_mask, gen_, &caches[l]);
       if (dec_norm_) x = dec_norm_->forward(x);
-      const std::vector<int32_t> next = argmax_rows(reshape(out_proj_->forward(x), {B, config_.vocab_size}));
+      const std::vector<int32_t> next = argmax_rows(reshape(project(x), {B, config_.vocab_size}));
       bool all = true;
       for (int64_t b = 0; b < B; ++b) {
         const int32_t tok = finished[size_t(b)] ? data::kPad : next[size_t(b)];
@@ -110,7 +115,12 @@ class Transformer : public Seq2Seq {
   }
 
  private:
-  DType dtype() const { return out_proj_->weight.dtype(); }
+  DType dtype() const { return src_embed_->weight.dtype(); }
+
+  // x [B, T, C] -> logits [B, T, V]: x E^T with the tied table, else the output projection.
+  Tensor project(const Tensor& x) const {
+    return out_proj_ ? out_proj_->forward(x) : linear(x, src_embed_->weight, Tensor());
+  }
 
   // ids [B, T] at positions offset .. offset + T - 1
   Tensor embed(const nn::Embedding& e, const nn::PositionalEncoding& pos, const Tensor& ids, int64_t offset = 0) {
@@ -129,7 +139,7 @@ class Transformer : public Seq2Seq {
     // ignored losses, and keys after a real position are already masked by causality.
     for (auto& layer : decoder_) x = layer->forward(x, memory, {}, src_mask, gen_);
     if (dec_norm_) x = dec_norm_->forward(x);
-    return out_proj_->forward(x);
+    return project(x);
   }
 
   std::shared_ptr<nn::Embedding> src_embed_, tgt_embed_;

@@ -1,4 +1,4 @@
-// Multi-head scaled dot-product attention and the additive / dot attention of RNN seq2seq.
+// Multi-head scaled dot-product attention and the additive / general / dot attention of RNN seq2seq.
 #include "tapegrad/nn/attention.hpp"
 
 #include <cmath>
@@ -140,13 +140,19 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
 }
 
 const char* score_name(AttentionScore s) {
-  return s == AttentionScore::additive ? "additive" : "dot";
+  switch (s) {
+    case AttentionScore::additive: return "additive";
+    case AttentionScore::general: return "general";
+    case AttentionScore::dot: return "dot";
+  }
+  return "?";
 }
 
 AttentionScore parse_score(const std::string& name) {
   if (name == "additive" || name == "bahdanau") return AttentionScore::additive;
-  if (name == "dot" || name == "luong") return AttentionScore::dot;
-  throw Error("attention: unknown scoring '" + name + "' (expected additive or dot)");
+  if (name == "general" || name == "luong") return AttentionScore::general;
+  if (name == "dot") return AttentionScore::dot;
+  throw Error("attention: unknown scoring '" + name + "' (expected additive, general or dot)");
 }
 
 SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim,
@@ -157,13 +163,16 @@ SeqAttention::SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_
     key_proj_ = register_module("key_proj", std::make_shared<Linear>(key_dim, attn_dim, gen));
     const double bound = 1.0 / std::sqrt(double(attn_dim));
     v_ = register_parameter("v", Tensor::rand({attn_dim}, gen, DType::f32, -bound, bound));
-  } else {
+  } else if (score == AttentionScore::general) {
     key_proj_ = register_module("key_proj", std::make_shared<Linear>(key_dim, query_dim, gen, false));
+  } else if (query_dim != key_dim) {
+    throw ShapeError("attention dot: scoring s^T h_j needs the query size (" + std::to_string(query_dim) +
+                     ") to equal the key size (" + std::to_string(key_dim) + "); use general or additive");
   }
 }
 
 Tensor SeqAttention::precompute(const Tensor& keys) const {
-  return key_proj_->forward(keys);
+  return key_proj_ ? key_proj_->forward(keys) : keys;
 }
 
 Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tensor& projected,
@@ -174,7 +183,7 @@ Tensor SeqAttention::forward(const Tensor& query, const Tensor& keys, const Tens
     // e_j = v^T tanh(W_q s + W_k h_j)
     scores = additive_score(projected, query_proj_->forward(query), v_);  // fused: no [B, S, A] kept
   } else {
-    // e_j = (W h_j)^T s
+    // general: e_j = (W h_j)^T s; dot: e_j = h_j^T s (projected is keys)
     scores = matmul(projected, query.reshape({B, -1, 1})).reshape({B, S});
   }
   const Tensor w = softmax(scores, {1.0, mask, false});

@@ -67,11 +67,20 @@ Tensor PositionalEncoding::forward(const Tensor& x, int64_t offset) const {
 
 Activation parse_activation(const std::string& name) {
   if (name == "relu") return Activation::relu;
-  if (name == "gelu") return Activation::gelu;
-  throw Error("activation: unknown '" + name + "' (expected relu or gelu)");
+  // "gelu": the name of the tanh form before gelu-exact existed, in older checkpoints and commands
+  if (name == "gelu-tanh" || name == "gelu") return Activation::gelu_tanh;
+  if (name == "gelu-exact") return Activation::gelu_exact;
+  throw Error("activation: unknown '" + name + "' (expected relu, gelu-tanh (alias gelu) or gelu-exact)");
 }
 
-const char* activation_name(Activation a) { return a == Activation::relu ? "relu" : "gelu"; }
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::relu: return "relu";
+    case Activation::gelu_tanh: return "gelu-tanh";
+    case Activation::gelu_exact: return "gelu-exact";
+  }
+  return "?";
+}
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen) : act_(act) {
   linear1 = register_module("linear1", std::make_shared<Linear>(dim, hidden, gen));
@@ -81,7 +90,9 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, 
 
 Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
   const Tensor h = linear1->forward(x);
-  const Tensor a = act_ == Activation::relu ? relu(h) : gelu(h);
+  const Tensor a = act_ == Activation::relu         ? relu(h)
+                   : act_ == Activation::gelu_exact ? gelu(h, GeluApprox::exact)
+                                                    : gelu(h, GeluApprox::tanh);
   return linear2->forward(drop->forward(a, gen));
 }
 

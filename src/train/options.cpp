@@ -105,6 +105,8 @@ const std::vector<std::pair<std::string, Field>>& run_shaping_options() {
       {"--positional",
        [](const TrainOptions& o) { return std::string(nn::positional_name(o.model.positional)); }},
       {"--pre-ln", [](const TrainOptions& o) { return std::string(o.model.norm_first ? "on" : "off"); }},
+      {"--tie-embeddings",
+       [](const TrainOptions& o) { return std::string(o.model.tie_embeddings ? "on" : "off"); }},
       {"--activation",
        [](const TrainOptions& o) { return std::string(nn::activation_name(o.model.activation)); }},
       {"--rnn-cell", [](const TrainOptions& o) { return std::string(nn::cell_name(o.model.cell)); }},

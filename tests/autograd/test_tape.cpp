@@ -188,3 +188,68 @@ TEST_CASE("x + x and a retained graph give the same gradients after adopting dy"
   backward(loss);
   CHECK(x.grad().to_vector() == std::vector<double>{8, 8, 8});
 }
+
+namespace {
+// A user-defined op through the public entry point: y = x^3, dy/dx = 3 x^2. `wrong_backward` leaves the
+// factor 3 out, which gradcheck must catch.
+Tensor cube(const Tensor& x, bool wrong_backward = false) {
+  Tensor y;
+  {
+    NoGrad no_grad;
+    y = mul(mul(x, x), x);
+  }
+  if (should_record({&x}))
+    record_custom("cube", {x}, y, [x, wrong_backward](const Tensor& dy) {
+      accumulate_grad(x, mul(mul(dy, mul(x, x)), wrong_backward ? 1.0 : 3.0));  // dx = dy * 3 x^2
+    });
+  return y;
+}
+}  // namespace
+
+TEST_CASE("record_custom: a user-defined op is recorded, named and differentiated", "[autograd][custom]") {
+  Tape tape;
+  TapeScope scope(tape);
+  Tensor x = param({-1.5, 0.5, 2.0}, {3});
+  const Tensor y = cube(x);
+  REQUIRE(tape.size() == 1);
+  CHECK(tape.entries()[0].op == OpKind::custom);
+  CHECK(std::string(entry_name(tape.entries()[0])) == "cube");
+  CHECK_THAT(tape.dump(), Catch::StartsWith("#0 cube("));
+  CHECK(y.requires_grad());
+  CHECK_FALSE(y.is_leaf());
+  // Composed with library ops: d/dx sum(2 * x^3) = 6 x^2.
+  backward(sum(mul(y, 2.0)));
+  CHECK(x.grad().to_vector() == std::vector<double>{13.5, 1.5, 24.0});
+
+  // gradcheck sees the custom kind, passes the right backward and fails the wrong one.
+  const Tensor x2 = Tensor::from_vector({0.3, -0.7, 1.1, 2.0}, {2, 2}, DType::f64).requires_grad_();
+  const GradcheckResult ok = gradcheck([](const std::vector<Tensor>& in) { return cube(in[0]); }, {x2});
+  CHECK(ok.ok);
+  CHECK(ok.ops_seen == std::vector<OpKind>{OpKind::custom});
+  const GradcheckResult bad =
+      gradcheck([](const std::vector<Tensor>& in) { return cube(in[0], true); }, {x2});
+  CHECK_FALSE(bad.ok);
+  // Not recorded when no input requires grad.
+  tape.clear();
+  const Tensor c = cube(Tensor::ones({2}, DType::f64));
+  CHECK(tape.size() == 0);
+  CHECK_FALSE(c.requires_grad());
+}
+
+TEST_CASE("record_custom refuses a nameless op and an output that already requires grad",
+          "[autograd][custom][errors]") {
+  Tensor x = param({1.0, 2.0}, {2});
+  const auto noop = [](const Tensor&) {};
+  CHECK_THROWS_WITH(record_custom("", {x}, Tensor::ones({2}, DType::f64), noop),
+                    Catch::Contains("needs a name"));
+  CHECK_THROWS_WITH(record_custom("twice", {x}, Tensor(), noop),
+                    Catch::Contains("twice") && Catch::Contains("undefined"));
+  // The forward ran with recording on: its own entries already carry the gradient.
+  const Tensor recorded = mul(x, 2.0);
+  CHECK_THROWS_WITH(
+      record_custom("twice", {x}, recorded, noop),
+      Catch::Contains("twice") && Catch::Contains("already requires grad") && Catch::Contains("NoGrad"));
+  // A parameter is not an op's result.
+  CHECK_THROWS_WITH(record_custom("twice", {x}, x, noop), Catch::Contains("already requires grad"));
+  backward(sum(recorded));  // frees the tape this test wrote
+}

@@ -169,19 +169,24 @@ TEST_CASE("parameter_count in closed form equals the built model's, for every ki
     nn::CellKind cell;
     nn::AttentionScore score;
     int64_t layers;
+    bool tie_embeddings = false;
   };
   const auto P = nn::PositionalKind::sinusoidal, L = nn::PositionalKind::learned,
              N = nn::PositionalKind::none;
-  const auto relu = nn::Activation::relu, gelu = nn::Activation::gelu;
+  const auto relu = nn::Activation::relu, gelu = nn::Activation::gelu_tanh, erf = nn::Activation::gelu_exact;
   const auto gru = nn::CellKind::gru, lstm = nn::CellKind::lstm, elman = nn::CellKind::elman;
-  const auto add = nn::AttentionScore::additive, dot = nn::AttentionScore::dot;
+  const auto add = nn::AttentionScore::additive, general = nn::AttentionScore::general,
+             dot = nn::AttentionScore::dot;
   const Row rows[] = {
       {ModelKind::transformer, P, false, relu, gru, add, 1},
       {ModelKind::transformer, L, false, relu, gru, add, 2},
       {ModelKind::transformer, N, true, gelu, gru, add, 3},
       {ModelKind::transformer, L, true, relu, gru, add, 1},
+      {ModelKind::transformer, P, false, erf, gru, add, 2, true},
+      {ModelKind::transformer, L, true, relu, gru, add, 1, true},
       {ModelKind::attention_rnn, P, false, relu, gru, add, 2},
-      {ModelKind::attention_rnn, P, false, relu, lstm, dot, 1},
+      {ModelKind::attention_rnn, P, false, relu, lstm, general, 1},
+      {ModelKind::attention_rnn, P, false, relu, gru, dot, 2},
       {ModelKind::attention_rnn, P, false, relu, elman, add, 3},
       {ModelKind::rnn, P, false, relu, elman, add, 1},
       {ModelKind::rnn, P, false, relu, gru, add, 2},
@@ -190,7 +195,7 @@ TEST_CASE("parameter_count in closed form equals the built model's, for every ki
   for (const Row& r : rows) {
     models::ModelConfig c = tiny(r.kind, 23);
     c.positional = r.positional, c.norm_first = r.norm_first, c.activation = r.activation;
-    c.cell = r.cell, c.score = r.score, c.layers = r.layers;
+    c.cell = r.cell, c.score = r.score, c.layers = r.layers, c.tie_embeddings = r.tie_embeddings;
     c.d_model = 24, c.d_ff = 40, c.hidden = 36, c.max_len = 50;
     CAPTURE(c.to_json());
     const auto model = models::make_model(c, 1);

@@ -1,5 +1,5 @@
 // nn modules: float64 gradient checks of every module at tiny sizes, parameter naming, positional
-// encodings, and padding semantics of the recurrent stack.
+// encodings, activation and attention-score choices, and padding semantics of the recurrent stack.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -39,8 +39,47 @@ TEST_CASE("Linear, LayerNorm, FeedForward gradients", "[nn][gradcheck]") {
   nn::LayerNorm ln(5);
   Tensor y = input({3, 5}, 3);
   check_module(ln, {y}, [&] { return ln.forward(y); }, "LayerNorm");
-  nn::FeedForward ff(4, 7, nn::Activation::gelu, 0.1, g);
-  check_module(ff, {x}, [&] { return ff.forward(x, g); }, "FeedForward");
+  for (auto act : {nn::Activation::relu, nn::Activation::gelu_tanh, nn::Activation::gelu_exact}) {
+    CAPTURE(nn::activation_name(act));
+    nn::FeedForward ff(4, 7, act, 0.1, g);
+    check_module(
+        ff, {x}, [&] { return ff.forward(x, g); }, std::string("FeedForward ") + nn::activation_name(act));
+  }
+}
+
+TEST_CASE("FeedForward applies the GELU it is given: tanh approximation or exact erf", "[nn]") {
+  // Against scalar formulas: the two forms differ by up to ~5e-4, far above float64 rounding.
+  const double pi = std::acos(-1.0);
+  auto exact = [](double h) { return 0.5 * h * (1 + std::erf(h / std::sqrt(2.0))); };
+  auto tanh_approx = [&](double h) {
+    return 0.5 * h * (1 + std::tanh(std::sqrt(2 / pi) * (h + 0.044715 * h * h * h)));
+  };
+  for (auto act : {nn::Activation::gelu_tanh, nn::Activation::gelu_exact}) {
+    CAPTURE(nn::activation_name(act));
+    Generator g(21);
+    nn::FeedForward ff(3, 40, act, 0.0, g);
+    ff.to(DType::f64);
+    ff.eval();
+    const Tensor x = mul(Tensor::randn({2, 3}, g, DType::f64), 3.0);
+    std::vector<double> h = ff.linear1->forward(x).to_vector();
+    for (double& v : h) v = act == nn::Activation::gelu_exact ? exact(v) : tanh_approx(v);
+    const std::vector<double> want = ff.linear2->forward(Tensor::from_vector(h, {2, 40}, DType::f64))
+                                         .to_vector(),
+                              got = ff.forward(x, g).to_vector();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
+  }
+}
+
+TEST_CASE("activation names: gelu reads as gelu-tanh, every name round-trips, unknown names list the choices",
+          "[nn]") {
+  CHECK(nn::parse_activation("gelu") == nn::Activation::gelu_tanh);
+  for (auto act : {nn::Activation::relu, nn::Activation::gelu_tanh, nn::Activation::gelu_exact})
+    CHECK(nn::parse_activation(nn::activation_name(act)) == act);
+  CHECK(std::string(nn::activation_name(nn::Activation::gelu_exact)) == "gelu-exact");
+  CHECK_THROWS_WITH(nn::parse_activation("swish"), Catch::Contains("'swish'") &&
+                                                       Catch::Contains("gelu-tanh") &&
+                                                       Catch::Contains("gelu-exact"));
 }
 
 TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn][gradcheck]") {
@@ -132,12 +171,13 @@ TEST_CASE("Recurrent cells unrolled over 5 steps (BPTT), with padding", "[nn][gr
   }
 }
 
-TEST_CASE("Additive and dot attention over encoder states", "[nn][gradcheck]") {
-  for (auto score : {nn::AttentionScore::additive, nn::AttentionScore::dot}) {
+TEST_CASE("Additive, general and dot attention over encoder states", "[nn][gradcheck]") {
+  for (auto score : {nn::AttentionScore::additive, nn::AttentionScore::general, nn::AttentionScore::dot}) {
     CAPTURE(nn::score_name(score));
     Generator g(12);
-    nn::SeqAttention attn(score, 4, 5, 6, g);
-    Tensor q = input({2, 4}, 13);
+    const int64_t Q = score == nn::AttentionScore::dot ? 5 : 4;  // dot: query size = key size
+    nn::SeqAttention attn(score, Q, 5, 6, g);
+    Tensor q = input({2, Q}, 13);
     Tensor keys = input({2, 3, 5}, 14);
     const Tensor mask = Tensor::from_vector({0, 0, -1e9, 0, 0, 0}, {2, 3}, DType::f64);
     check_module(attn, {q, keys}, [&] {
@@ -147,6 +187,48 @@ TEST_CASE("Additive and dot attention over encoder states", "[nn][gradcheck]") {
       return ctx;
     }, nn::score_name(score));
   }
+}
+
+TEST_CASE("dot attention has no parameters, scores s^T h_j and refuses unequal sizes", "[nn]") {
+  Generator g(15);
+  nn::SeqAttention dot(nn::AttentionScore::dot, 3, 3, 7, g);
+  CHECK(dot.parameter_count() == 0);
+  nn::SeqAttention general(nn::AttentionScore::general, 3, 3, 7, g);
+  CHECK(general.parameter_count() == 9);
+  const Tensor q = Tensor::randn({2, 3}, g, DType::f64), keys = Tensor::randn({2, 4, 3}, g, DType::f64);
+  Tensor w;
+  const Tensor ctx = dot.forward(q, keys, dot.precompute(keys), {}, &w);
+  const std::vector<double> qv = q.to_vector(), kv = keys.to_vector(), wv = w.to_vector(),
+                            cv = ctx.to_vector();
+  for (int b = 0; b < 2; ++b) {
+    std::vector<double> e(4);
+    double total = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int d = 0; d < 3; ++d) e[size_t(j)] += qv[size_t(b * 3 + d)] * kv[size_t((b * 4 + j) * 3 + d)];
+      total += std::exp(e[size_t(j)]);
+    }
+    for (int j = 0; j < 4; ++j)
+      CHECK(wv[size_t(b * 4 + j)] == Approx(std::exp(e[size_t(j)]) / total).margin(1e-12));
+    for (int d = 0; d < 3; ++d) {
+      double c = 0;
+      for (int j = 0; j < 4; ++j) c += wv[size_t(b * 4 + j)] * kv[size_t((b * 4 + j) * 3 + d)];
+      CHECK(cv[size_t(b * 3 + d)] == Approx(c).margin(1e-12));
+    }
+  }
+  CHECK_THROWS_AS(nn::SeqAttention(nn::AttentionScore::dot, 4, 6, 7, g), ShapeError);
+  CHECK_THROWS_WITH(nn::SeqAttention(nn::AttentionScore::dot, 4, 6, 7, g),
+                    Catch::Contains("attention dot") && Catch::Contains("query size (4)") &&
+                        Catch::Contains("key size (6)"));
+}
+
+TEST_CASE("attention score names round-trip; luong reads as general; unknown names list the choices",
+          "[nn]") {
+  for (auto score : {nn::AttentionScore::additive, nn::AttentionScore::general, nn::AttentionScore::dot})
+    CHECK(nn::parse_score(nn::score_name(score)) == score);
+  CHECK(nn::parse_score("luong") == nn::AttentionScore::general);
+  CHECK(nn::parse_score("bahdanau") == nn::AttentionScore::additive);
+  CHECK_THROWS_WITH(nn::parse_score("concat"),
+                    Catch::Contains("'concat'") && Catch::Contains("additive, general or dot"));
 }
 
 TEST_CASE("parameters have hierarchical names", "[nn]") {

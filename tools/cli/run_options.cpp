@@ -76,13 +76,24 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--positional", a.positional, "sinusoidal | learned | none (transformer)")
       ->capture_default_str();
   sub->add_flag("--pre-ln", a.pre_ln, "Layer norm before each sub-layer instead of after (transformer)");
-  sub->add_option("--activation", a.activation, "Feed-forward activation: relu | gelu")
+  sub->add_flag("--tie-embeddings", a.tie_embeddings,
+                "One table for the source embedding, the target embedding and the output projection "
+                "(logits = x E^T, no bias), as in the paper; source and target share one vocabulary, so "
+                "all three are tied (transformer). Default: untied, two embeddings and an output "
+                "projection with its own weight and bias");
+  sub->add_option("--activation", a.activation,
+                  "Feed-forward activation (transformer): relu | gelu-tanh (the tanh approximation, "
+                  "PyTorch's gelu(approximate='tanh'); 'gelu' is an alias of it) | gelu-exact (x Phi(x) "
+                  "with erf, PyTorch's default gelu)")
       ->capture_default_str();
   sub->add_option("--rnn-cell", a.cell, "elman | gru | lstm (rnn models)")->capture_default_str();
   sub->add_option("--hidden", o.model.hidden, "RNN hidden size")
       ->capture_default_str()
       ->check(int_range(1, INT64_MAX));
-  sub->add_option("--attention", a.attention, "additive | dot scoring (attention-rnn)")
+  sub->add_option("--attention", a.attention,
+                  "Attention score (attention-rnn): additive (Bahdanau, v^T tanh(W_q s + W_k h)) | general "
+                  "(Luong, s^T W h) | dot (Luong, s^T h, no parameters). Checkpoints from before general "
+                  "existed called it dot; they load as general")
       ->capture_default_str();
   sub->add_option("--threads", o.threads, "Kernel threads (default: all cores)")->check(int_range(1, 1024));
   add_seed_option(sub, &o.seed, "Seed for initialisation, data and dropout (an unsigned 64-bit integer)");
@@ -103,6 +114,7 @@ train::TrainOptions& resolve_run_options(const CLI::App* sub, RunArgs& a) {
   if (chosen("--rnn-cell")) o.model.cell = nn::parse_cell(a.cell);
   if (chosen("--attention")) o.model.score = nn::parse_score(a.attention);
   if (chosen("--pre-ln")) o.model.norm_first = a.pre_ln;
+  if (chosen("--tie-embeddings")) o.model.tie_embeddings = a.tie_embeddings;
   if (chosen("--schedule")) o.schedule = optim::parse_schedule(a.schedule);
   if (chosen("--tokens")) o.tokenization = data::parse_tokenization(a.tokens);
   // `constant` means constant: its warm-up is 0 unless asked for. (A resumed run keeps the warm-up

@@ -16,7 +16,7 @@ struct RunArgs {
   train::TrainOptions o;
   std::string model = "transformer", positional = "sinusoidal", activation = "relu", cell = "gru",
               attention = "additive", schedule = "cosine", tokens = "chars";
-  bool pre_ln = false;
+  bool pre_ln = false, tie_embeddings = false;
   CLI::Option* dropout = nullptr;
   /// Set by load_run_config: the keys its file gave ("lr", "model.dropout"); the file's values stand
   /// unless the same option is given on the command line.

@@ -3,7 +3,7 @@
 //   rnn:           RNN encoder; the decoder starts from the encoder's final state and sees nothing else
 //                  of the source (the bottleneck).
 //   attention-rnn: the same, plus attention over all encoder states at every decoder step (Luong-style
-//                  with input feeding; additive (Bahdanau) or dot scoring).
+//                  with input feeding; additive (Bahdanau), general or dot scoring).
 //   transformer:   encoder-decoder Transformer: N layers each side, multi-head self-attention, masked
 //                  decoder self-attention, cross-attention, sin/cos or learned positions.
 // Each has a teacher-forced loss, greedy decoding and beam search. One vocabulary serves both sides.
@@ -45,17 +45,25 @@ struct ModelConfig {
   bool norm_first = false;
   nn::Activation activation = nn::Activation::relu;
   int64_t max_len = 512;
+  /// Transformer only: one [V, d_model] table serves as source embedding, target embedding and the
+  /// output projection's weight (logits = x E^T, no bias), as in "Attention Is All You Need"; source
+  /// and target share one vocabulary here, so all three are tied. Off: two embeddings and an output
+  /// projection with its own weight and bias.
+  bool tie_embeddings = false;
   // RNN models
   nn::CellKind cell = nn::CellKind::gru;
   int64_t hidden = 256;
   nn::AttentionScore score = nn::AttentionScore::additive;
 
+  /// The JSON version to_json writes ("version"). Version 1 (no "version" field) stored the general
+  /// attention score as "dot" and had no "tie_embeddings" field (read as false).
+  static constexpr int64_t kJsonVersion = 2;
   std::string to_json() const;
   // Parses and validate()s; throws Error naming the bad field.
   static ModelConfig from_json(const std::string& json);
   // The rules every config obeys, without building anything: sizes positive, d_model divisible by
-  // heads (transformer), dropout in [0, 1), max_len at most kMaxPositions. Throws Error naming the
-  // field as `names` says.
+  // heads (transformer), dropout in [0, 1), max_len at most kMaxPositions, tie_embeddings only for
+  // the transformer. Throws Error naming the field as `names` says.
   void validate(ConfigNames names = ConfigNames::json) const;
 };
 

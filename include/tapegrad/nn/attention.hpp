@@ -1,4 +1,4 @@
-// Attention: multi-head scaled dot-product attention (Transformer) and additive / dot-product
+// Attention: multi-head scaled dot-product attention (Transformer) and additive / general / dot
 // attention over encoder states (attention RNN seq2seq).
 #pragma once
 
@@ -63,17 +63,27 @@ class MultiHeadAttention : public Module {
   Tensor last_weights_;
 };
 
-enum class AttentionScore { additive, dot };
+/// How SeqAttention scores decoder state s against encoder state h_j:
+///   additive (Bahdanau): e_j = v^T tanh(W_q s + W_k h_j), with W_q, W_k, its bias and v;
+///   general (Luong):     e_j = s^T W h_j, with W [query_dim, key_dim];
+///   dot (Luong):         e_j = s^T h_j, no parameters (query and key sizes must be equal).
+enum class AttentionScore { additive, general, dot };
+/// The canonical name parse_score reads back: "additive", "general" or "dot".
 const char* score_name(AttentionScore s);
-AttentionScore parse_score(const std::string& name);  // "additive"|"bahdanau", "dot"|"luong"
+/// "additive" (alias "bahdanau"), "general" (alias "luong"), "dot"; throws Error naming the
+/// unknown value and the choices. (Model configs written before "general" existed stored it as
+/// "dot": ModelConfig::from_json reads those by their version.)
+AttentionScore parse_score(const std::string& name);
 
-// Attention of one decoder state over all encoder states.
-//   additive (Bahdanau): e_j = v^T tanh(W_q s + W_k h_j);  dot (Luong, general): e_j = s^T W h_j
+// Attention of one decoder state over all encoder states, scored as AttentionScore says;
 // weights = softmax(e + mask), context = sum_j weights_j h_j.
 class SeqAttention : public Module {
  public:
+  /// attn_dim is the additive score's hidden width (unused by general and dot). Throws ShapeError
+  /// for dot scoring when query_dim != key_dim, naming the score and both sizes.
   SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen);
-  // Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys.
+  // Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys
+  // (dot scoring: the keys themselves).
   Tensor precompute(const Tensor& keys) const;
   // query [B, Q], keys [B, S, K] (as given to precompute), projected = precompute(keys),
   // mask additive [B, S] or undefined -> context [B, K]; weights [B, S] written to *weights if non-null.

@@ -66,8 +66,15 @@ class PositionalEncoding : public Module {
   Tensor table_;  // [max_len, C]: a constant (sinusoidal) or a parameter (learned)
 };
 
-enum class Activation { relu, gelu };
+/// The feed-forward activation. GELU(x) = x * Phi(x) comes in two forms: gelu_tanh, the tanh
+/// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's gelu(approximate="tanh")),
+/// and gelu_exact, with the normal CDF Phi(x) = (1 + erf(x / sqrt(2))) / 2 (PyTorch's default gelu).
+/// `gelu` is the older name of gelu_tanh, kept so existing code keeps its meaning.
+enum class Activation { relu, gelu_tanh, gelu_exact, gelu = gelu_tanh };
+/// "relu", "gelu-tanh" (or "gelu", its older name: the tanh approximation), "gelu-exact"; throws
+/// Error naming the unknown value and the choices.
 Activation parse_activation(const std::string& name);
+/// The canonical name parse_activation reads back: "relu", "gelu-tanh" or "gelu-exact".
 const char* activation_name(Activation a);
 
 // Position-wise feed-forward: linear2(dropout(act(linear1(x)))).
