@@ -1,14 +1,15 @@
-// The tape: reverse-mode autodiff as a Wengert list.
-//
-// Every differentiable op, when some input requires grad and recording is on, appends one entry to
-// the current (thread-local) tape: the op's kind, its inputs, its output and a backward closure that
-// captures only what the derivative needs. backward(loss) seeds d(loss) = 1 and walks the entries in
-// reverse; each closure reads its output's gradient and *accumulates* into its inputs' gradients, so
-// a tensor used twice gets both contributions. The walk is a loop, not recursion, so a 10,000-op
-// chain is fine. Afterwards the tape is cleared (activations freed) unless retain_graph is set;
-// backward over a tensor whose tape was cleared is an error, never a silent double count.
-// Leaves (parameters) keep .grad across backward calls until zero_grad; intermediate gradients are
-// freed as soon as their entry has run.
+/// @file
+/// The tape: reverse-mode autodiff as a Wengert list.
+///
+/// Every differentiable op, when some input requires grad and recording is on, appends one entry to
+/// the current (thread-local) tape: the op's kind, its inputs, its output and a backward closure that
+/// captures only what the derivative needs. backward(loss) seeds d(loss) = 1 and walks the entries in
+/// reverse; each closure reads its output's gradient and *accumulates* into its inputs' gradients, so
+/// a tensor used twice gets both contributions. The walk is a loop, not recursion, so a 10,000-op
+/// chain is fine. Afterwards the tape is cleared (activations freed) unless retain_graph is set;
+/// backward over a tensor whose tape was cleared is an error, never a silent double count.
+/// Leaves (parameters) keep .grad across backward calls until zero_grad; intermediate gradients are
+/// freed as soon as their entry has run.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,8 @@
 
 namespace tapegrad {
 
-// Every differentiable op. Adding one here forces op_name() (a compile-time count check) and the
-// gradcheck registry (a test asserts every kind has a row) to follow.
+/// Every differentiable op. Adding one here forces op_name() (a compile-time count check) and the
+/// gradcheck registry (a test asserts every kind has a row) to follow.
 enum class OpKind : uint8_t {
   add, sub, mul, div, pow, neg, add_scalar, mul_scalar, pow_scalar,
   exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_exact, softplus,
@@ -32,14 +33,18 @@ enum class OpKind : uint8_t {
   custom,  ///< a function defined outside the library, recorded by record_custom (named on its entry)
   count_
 };
+/// Number of op kinds (the size of tables indexed by OpKind).
 inline constexpr int kOpCount = static_cast<int>(OpKind::count_);
+/// The op's name as in ops.hpp and tape dumps, e.g. "matmul", "gelu_tanh".
 const char* op_name(OpKind op);
 
+/// One recorded op: what backward needs to send d(output) on to the inputs. The entry holds its
+/// inputs and output (shared handles) until the tape is cleared.
 struct TapeEntry {
-  OpKind op;
-  std::vector<Tensor> inputs;
-  Tensor output;
-  // Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
+  OpKind op;                   ///< which op recorded it
+  std::vector<Tensor> inputs;  ///< the op's tensor inputs, as the op passed them to record()
+  Tensor output;               ///< the op's result
+  /// Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
   std::function<void(const Tensor& grad_output)> backward;
   std::string name;  ///< a custom op's own name (record_custom); empty for the library's ops
 };
@@ -47,16 +52,23 @@ struct TapeEntry {
 /// The name an entry shows in tape dumps and error messages: a custom op's own name, else op_name(op).
 const char* entry_name(const TapeEntry& entry);
 
+/// The Wengert list: recorded entries in execution order. Not thread-safe; each thread records on
+/// its own current tape (see current_tape, TapeScope).
 class Tape {
  public:
+  /// Appends an entry (record() calls it; ops do not call it directly).
   void push(TapeEntry entry) { entries_.push_back(std::move(entry)); }
+  /// The entries in execution order; backward visits them last to first.
+  /// @{
   const std::vector<TapeEntry>& entries() const { return entries_; }
   std::vector<TapeEntry>& entries() { return entries_; }
-  size_t size() const { return entries_.size(); }
-  // Bumped on every clear, so tensors recorded before can tell their history is gone.
+  /// @}
+  size_t size() const { return entries_.size(); }  ///< Number of entries.
+  /// Bumped on every clear, so tensors recorded before can tell their history is gone.
   int64_t generation() const { return generation_; }
+  /// Drops every entry (freeing the activations they kept) and bumps generation().
   void clear();
-  // One line per entry: index, op, input descriptions (names or dtype+shape), output shape.
+  /// One line per entry: index, op, input descriptions (names or dtype+shape), output shape.
   std::string dump() const;
 
  private:
@@ -64,14 +76,15 @@ class Tape {
   int64_t generation_ = 0;
 };
 
-// The calling thread's current tape.
+/// The calling thread's current tape.
 Tape& current_tape();
 
-// Makes `tape` the current tape for this scope.
+/// Makes `tape` the current tape for this scope.
 class TapeScope {
  public:
+  /// `tape` must outlive the scope.
   explicit TapeScope(Tape& tape);
-  ~TapeScope();
+  ~TapeScope();  ///< Restores the previous current tape.
   TapeScope(const TapeScope&) = delete;
   TapeScope& operator=(const TapeScope&) = delete;
 
@@ -79,7 +92,7 @@ class TapeScope {
   Tape* previous_;
 };
 
-// Switches recording off for this scope (evaluation, optimizer updates, inside backward).
+/// Switches recording off for this scope (evaluation, optimizer updates, inside backward).
 class NoGrad {
  public:
   NoGrad();
@@ -91,48 +104,57 @@ class NoGrad {
   bool previous_;
 };
 
+/// False inside a NoGrad scope (on this thread).
 bool grad_enabled();
 
-// Watches the tape as it is written and walked: what instruments (instruments.hpp: the tape
-// recorder, the per-op profile, anomaly mode) attach to. With no observer active the tape pays one
-// branch per entry. Hooks run on the recording thread; backward hooks run under NoGrad.
+/// Watches the tape as it is written and walked: what instruments (instruments.hpp: the tape
+/// recorder, the per-op profile, anomaly mode) attach to. With no observer active the tape pays one
+/// branch per entry. Hooks run on the recording thread; backward hooks run under NoGrad.
 class TapeObserver {
  public:
   virtual ~TapeObserver() = default;
-  // Entry `index` of `tape` was just appended (its output is computed).
+  /// Entry `index` of `tape` was just appended (its output is computed).
   virtual void recorded(const Tape& tape, size_t index) { (void)tape, (void)index; }
-  // backward is about to run entry `index`'s closure with d(output) = grad_output.
+  /// backward is about to run entry `index`'s closure with d(output) = grad_output.
   virtual void before_backward(const Tape& tape, size_t index, const Tensor& grad_output) {
     (void)tape, (void)index, (void)grad_output;
   }
-  // Entry `index`'s closure has run: its inputs' gradients hold its contribution.
+  /// Entry `index`'s closure has run: its inputs' gradients hold its contribution.
   virtual void after_backward(const Tape& tape, size_t index) { (void)tape, (void)index; }
 };
 
-// Makes `observer` watch this thread's tapes for this scope (observers nest; all active ones run).
+/// Makes `observer` watch this thread's tapes for this scope (observers nest; all active ones run).
 class ObserveScope {
  public:
+  /// `observer` must outlive the scope.
   explicit ObserveScope(TapeObserver& observer);
   ~ObserveScope();
   ObserveScope(const ObserveScope&) = delete;
   ObserveScope& operator=(const ObserveScope&) = delete;
 };
 
-// Reverse pass from `output`. A non-scalar output needs `grad_output` of the same shape.
+/// Reverse pass from `output`: adds d(output)/d(leaf) into every leaf's .grad that requires grad.
+/// A non-scalar output needs `grad_output` of the same shape (for a scalar it defaults to 1). Unless
+/// `retain_graph`, the tape is cleared afterwards.
+/// @throws AutogradError when `output` does not require grad, its tape was already cleared, the seed's
+/// shape differs, or backward is called from inside a backward closure.
 void backward(const Tensor& output, const Tensor& grad_output = {}, bool retain_graph = false);
 
 // ---- for op implementers (src/ops) -----------------------------------------------------------
 
-// True when recording is on and some defined input requires grad.
+/// True when recording is on and some defined input requires grad.
+/// @{
 bool should_record(std::initializer_list<const Tensor*> inputs);
 bool should_record(const std::vector<Tensor>& inputs);
-// Marks `output` as produced by `op` and appends the entry to the current tape.
+/// @}
+/// Marks `output` as produced by `op` and appends the entry to the current tape. Throws AutogradError
+/// if an input was produced on a tape that has since been cleared.
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
             std::function<void(const Tensor&)> backward);
-// Runs `fn` once the reverse pass that is running now has walked every entry (before the tape is
-// cleared), in the order registered. For work a closure hands on to later ones, e.g. a weight
-// gradient summed over many uses that must be written even if some use's entry is off the path
-// to the output. Only valid inside a backward closure.
+/// Runs `fn` once the reverse pass that is running now has walked every entry (before the tape is
+/// cleared), in the order registered. For work a closure hands on to later ones, e.g. a weight
+/// gradient summed over many uses that must be written even if some use's entry is off the path
+/// to the output. Only valid inside a backward closure.
 void at_backward_end(std::function<void()> fn);
 
 // ---- your own op --------------------------------------------------------------------------------
@@ -147,57 +169,67 @@ void at_backward_end(std::function<void()> fn);
 void record_custom(std::string name, std::vector<Tensor> inputs, const Tensor& output,
                    std::function<void(const Tensor& grad_output)> backward);
 
-// ---- writing gradients: the three ways a backward touches an input's .grad ---------------------
-//
-// Every backward closure (src/ops) writes its inputs' gradients through exactly one of these:
-//   grad_buffer         a kernel that writes every element: overwrite a new buffer, add to an old one
-//   grad_buffer_zeroed  a kernel that only adds (scatters, windows, sums): a new buffer starts at zero
-//   accumulate_grad     a gradient already computed as a tensor (or dy itself): add it, or adopt it
-//
-// The sole-owner rule, the one condition under which a gradient takes over another tensor's storage
-// instead of copying it: t has no gradient yet, and g is contiguous, does not require grad, and is the
-// only handle on its storage (no other Tensor shares g's impl, no other impl shares g's storage). The
-// dy a backward receives passes when nothing retains it (the walk has already dropped the output's
-// reference), so a chain of adds, reshapes and contiguous copies hands one buffer down without copying.
-// After adopting, t.grad and g share storage until the backward returns: one that reads g again must
-// not first write that t's gradient with a kernel (passing g to accumulate_grad again is fine).
+/// @name Writing gradients: the three ways a backward touches an input's .grad
+///
+/// Every backward closure (src/ops) writes its inputs' gradients through exactly one of these:
+/// ```
+///   grad_buffer         a kernel that writes every element: overwrite a new buffer, add to an old one
+///   grad_buffer_zeroed  a kernel that only adds (scatters, windows, sums): a new buffer starts at zero
+///   accumulate_grad     a gradient already computed as a tensor (or dy itself): add it, or adopt it
+/// ```
+///
+/// The sole-owner rule, the one condition under which a gradient takes over another tensor's storage
+/// instead of copying it: t has no gradient yet, and g is contiguous, does not require grad, and is the
+/// only handle on its storage (no other Tensor shares g's impl, no other impl shares g's storage). The
+/// dy a backward receives passes when nothing retains it (the walk has already dropped the output's
+/// reference), so a chain of adds, reshapes and contiguous copies hands one buffer down without copying.
+/// After adopting, t.grad and g share storage until the backward returns: one that reads g again must
+/// not first write that t's gradient with a kernel (passing g to accumulate_grad again is fine).
+/// @{
 
-// t.grad += g. g holds t's elements in row-major order: it has t's shape or, for the gradient of a
-// reshape, any shape with t's element count. Adopts g's storage under the sole-owner rule, else copies
-// (first gradient) or adds (later ones). Throws AutogradError when the element counts differ.
+/// t.grad += g. g holds t's elements in row-major order: it has t's shape or, for the gradient of a
+/// reshape, any shape with t's element count. Adopts g's storage under the sole-owner rule, else copies
+/// (first gradient) or adds (later ones). Throws AutogradError when the element counts differ.
 void accumulate_grad(const Tensor& t, const Tensor& g);
-// t's contiguous gradient buffer for a kernel that writes every element. `fresh` is set when it was
-// just created and holds uninitialised memory the kernel must overwrite (GEMM with beta = 0, a
-// gather); otherwise it holds earlier gradients the kernel must add to.
+/// t's contiguous gradient buffer for a kernel that writes every element. `fresh` is set when it was
+/// just created and holds uninitialised memory the kernel must overwrite (GEMM with beta = 0, a
+/// gather); otherwise it holds earlier gradients the kernel must add to.
 Tensor grad_buffer(const Tensor& t, bool* fresh);
-// t's contiguous gradient buffer, zero-filled when just created, for kernels that only add into it.
+/// t's contiguous gradient buffer, zero-filled when just created, for kernels that only add into it.
 Tensor grad_buffer_zeroed(const Tensor& t);
+/// @}
 
 // ---- gradient checking --------------------------------------------------------------------------
 
-// One place for the finite-difference settings (PyTorch-like).
+/// One place for the finite-difference settings (PyTorch-like).
 struct GradcheckOptions {
-  double eps = 1e-6;
-  double atol = 1e-5;
-  double rtol = 1e-3;
-  uint64_t seed = 1234;  // for the fixed random weights that reduce the output to a scalar
+  double eps = 1e-6;     ///< central-difference step
+  double atol = 1e-5;    ///< absolute tolerance
+  double rtol = 1e-3;    ///< relative tolerance, times |numeric|
+  uint64_t seed = 1234;  ///< for the fixed random weights that reduce the output to a scalar
 };
 
+/// The outcome of gradcheck: pass or fail, and the worst element seen.
 struct GradcheckResult {
-  bool ok = false;
-  std::string message;   // the worst element: op, input, index, analytic, numeric (or the failure)
-  double max_abs_error = 0;
-  double max_rel_error = 0;
-  int worst_input = -1;
-  int64_t worst_index = -1;
+  bool ok = false;           ///< every element within tolerance (and not all gradients zero)
+  std::string message;       ///< the worst element: op, input, index, analytic, numeric (or the failure)
+  double max_abs_error = 0;  ///< max |analytic - numeric| over every checked element
+  double max_rel_error = 0;  ///< max |analytic - numeric| / max(|numeric|, atol)
+  int worst_input = -1;      ///< which input holds the element furthest beyond its tolerance (-1: none)
+  int64_t worst_index = -1;  ///< its flat index in that input
+  /// The analytic and numeric gradient at the worst element.
+  /// @{
   double analytic = 0, numeric = 0;
-  std::vector<OpKind> ops_seen;  // distinct ops recorded while running fn
+  /// @}
+  std::vector<OpKind> ops_seen;  ///< distinct ops recorded while running fn
 };
 
-// Compares the analytic gradient of every floating input that requires grad (they must be float64)
-// with central differences of L = sum(fn(inputs) * W), W fixed random weights, so errors cannot cancel.
-// An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Refuses to pass vacuously:
-// all-zero gradients everywhere fail.
+/// Compares the analytic gradient of every floating input that requires grad (they must be contiguous float64
+/// leaves) with central differences of L = sum(fn(inputs) * W), W fixed random weights, so errors cannot
+/// cancel. An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Refuses to pass vacuously:
+/// all-zero gradients everywhere fail. `label` names the check in messages.
+/// @throws Error when no input requires grad, `fn` does not return float64, or its output does not
+/// depend on the inputs.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {},
                           const std::string& label = "");

@@ -1,10 +1,11 @@
-// Data for sequence-to-sequence training: vocabularies, tokenisation, built-in seeded tasks, TSV
-// files of `source<TAB>target` lines, and padded batches with the tensors models consume.
-//
-// Ids: 0 <pad>, 1 <bos>, 2 <eos>, 3 <unk> in every vocabulary; real tokens start at 4.
-// A Batch holds int32 tensors, batch-first: src [B, S], tgt_in [B, T] (<bos> + target) and
-// tgt_out [B, T] (target + <eos>); positions past a sequence's end hold <pad>, and the loss ignores
-// <pad> in tgt_out (ignore_index = kPad).
+/// @file
+/// Data for sequence-to-sequence training: vocabularies, tokenisation, built-in seeded tasks, TSV
+/// files of `source<TAB>target` lines, and padded batches with the tensors models consume.
+///
+/// Ids: 0 `<pad>`, 1 `<bos>`, 2 `<eos>`, 3 `<unk>` in every vocabulary; real tokens start at 4.
+/// A Batch holds int32 tensors, batch-first: src [B, S], tgt_in [B, T] (`<bos>` + target) and
+/// tgt_out [B, T] (target + `<eos>`); positions past a sequence's end hold `<pad>`, and the loss ignores
+/// `<pad>` in tgt_out (ignore_index = kPad).
 #pragma once
 
 #include <cstdint>
@@ -15,123 +16,156 @@
 
 #include "tapegrad/tensor.hpp"
 
+/// Vocabularies, tokenisation, tasks, TSV files and batches (see data.hpp).
 namespace tapegrad::data {
 
+/// The special ids every vocabulary starts with: padding, begin and end of sequence, unknown token.
+/// @{
 inline constexpr int32_t kPad = 0, kBos = 1, kEos = 2, kUnk = 3;
+/// @}
 
+/// How text splits into tokens: see tokenize.
 enum class Tokenization { chars, whitespace };
+/// "chars" or "whitespace".
 const char* tokenization_name(Tokenization t);
-Tokenization parse_tokenization(const std::string& name);  // "chars" | "whitespace"; throws Error
+/// "chars" | "whitespace"; throws Error
+Tokenization parse_tokenization(const std::string& name);
 
-// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
-// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
+/// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
+/// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
 std::vector<std::string> tokenize(const std::string& line, Tokenization t);
-// Joins tokens back: concatenated (chars) or space-separated (whitespace).
+/// Joins tokens back: concatenated (chars) or space-separated (whitespace).
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
-// Byte offset of the first malformed UTF-8 byte in `s`, or -1 if `s` is valid UTF-8.
+/// Byte offset of the first malformed UTF-8 byte in `s`, or -1 if `s` is valid UTF-8.
 int64_t first_invalid_utf8(const std::string& s);
 
+/// Token strings <-> ids, the four specials first. One vocabulary serves source and target.
 class Vocab {
  public:
-  Vocab();  // only the four specials
-  // Specials, then every token of `sequences` in order of first appearance (deterministic).
+  Vocab();  ///< only the four specials
+  /// Specials, then every token of `sequences` in order of first appearance (deterministic).
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
-  // Specials, then exactly these tokens with ids 4, 5, ...; throws Error on a duplicate or a special.
+  /// Specials, then exactly these tokens with ids 4, 5, ...; throws Error on a duplicate or a special.
   static Vocab from_tokens(const std::vector<std::string>& tokens_after_specials);
-  int32_t add(const std::string& token);       // returns its id (existing or new)
-  int32_t id(const std::string& token) const;  // kUnk if unknown
-  const std::string& token(int32_t id) const;  // throws IndexError if out of range
-  int64_t size() const { return int64_t(tokens_.size()); }
+  int32_t add(const std::string& token);                    ///< returns its id (existing or new)
+  int32_t id(const std::string& token) const;               ///< kUnk if unknown
+  const std::string& token(int32_t id) const;               ///< throws IndexError if out of range
+  int64_t size() const { return int64_t(tokens_.size()); }  ///< Number of ids, specials included.
+  /// id() of every token (unknown ones become kUnk); no `<bos>`/`<eos>` added.
   std::vector<int32_t> encode(const std::vector<std::string>& tokens) const;
-  // Stops at <eos>; drops <pad> and <bos>.
+  /// Stops at `<eos>`; drops `<pad>` and `<bos>`.
   std::vector<std::string> decode(const std::vector<int32_t>& ids) const;
+  /// Every token by id, specials included.
   const std::vector<std::string>& tokens() const { return tokens_; }
-  // JSON array of all tokens (specials included), and back; from_json validates (an array of
-  // distinct, non-empty strings starting with the four specials in order) and throws IoError.
-  // to_json throws Error if a token is not valid UTF-8 (JSON cannot carry it).
+  /// JSON array of all tokens (specials included), and back; from_json validates (an array of
+  /// distinct, non-empty strings starting with the four specials in order) and throws IoError.
+  /// to_json throws Error if a token is not valid UTF-8 (JSON cannot carry it).
+  /// @{
   std::string to_json() const;
   static Vocab from_json(const std::string& json);
+  /// @}
 
  private:
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int32_t> index_;
 };
 
-// One training pair as ids, without <bos>/<eos>.
+/// One training pair as ids, without `<bos>`/`<eos>`.
 struct Example {
+  /// Source and target ids.
+  /// @{
   std::vector<int32_t> src, tgt;
+  /// @}
 };
 
+/// Examples padded into the tensors models consume (see data.hpp).
 struct Batch {
-  Tensor src;                             // int32 [B, S], <pad>-padded
-  Tensor tgt_in;                          // int32 [B, T]: <bos> t1 .. tn, <pad>-padded
-  Tensor tgt_out;                         // int32 [B, T]: t1 .. tn <eos>, <pad>-padded
-  std::vector<int64_t> src_len, tgt_len;  // real lengths (tgt_len counts <eos>)
-  int64_t batch_size() const { return int64_t(src_len.size()); }
-  int64_t target_tokens() const;  // non-pad tokens in tgt_out
+  Tensor src;      ///< int32 [B, S], `<pad>`-padded
+  Tensor tgt_in;   ///< int32 [B, T]: `<bos>` t1 .. tn, `<pad>`-padded
+  Tensor tgt_out;  ///< int32 [B, T]: t1 .. tn `<eos>`, `<pad>`-padded
+  /// Real lengths per sequence (tgt_len counts `<eos>`).
+  /// @{
+  std::vector<int64_t> src_len, tgt_len;
+  /// @}
+  int64_t batch_size() const { return int64_t(src_len.size()); }  ///< B.
+  int64_t target_tokens() const;                                  ///< non-pad tokens in tgt_out
 };
 
-// Pads to the longest source / target in `examples` (at least 1 position each).
+/// Pads to the longest source / target in `examples` (at least 1 position each).
 Batch make_batch(const std::vector<Example>& examples);
 
 // ---- built-in tasks, generated from a seed ----------------------------------------------------
+/// The knobs of a built-in task.
 struct TaskOptions {
-  int min_len = 8;  // source length range (inclusive), in tokens
+  /// Source length range (inclusive), in tokens.
+  /// @{
+  int min_len = 8;
   int max_len = 16;
-  int symbols = 10;  // distinct content symbols, at most 26 (letters a..)
+  /// @}
+  int symbols = 10;  ///< distinct content symbols, at most 26 (letters a..)
 };
-// Throws Error naming the offending option (and the task) if `options` make no sense for it.
+/// Throws Error naming the offending option (and the task) if `options` make no sense for it.
 void validate_task_options(const std::string& task, const TaskOptions& options);
 
-// A task produces examples from a Generator; its vocabulary is fixed by its options.
+/// A task produces examples from a Generator; its vocabulary is fixed by its options.
 class Task {
  public:
   virtual ~Task() = default;
-  virtual std::string name() const = 0;
-  virtual std::string description() const = 0;
+  virtual std::string name() const = 0;         ///< As make_task takes it, e.g. "reverse".
+  virtual std::string description() const = 0;  ///< One line for help texts.
+  /// One example drawn from `gen` (its source length in [min_len, max_len]).
   virtual Example sample(Generator& gen) const = 0;
-  // n examples from successive draws of `gen`.
+  /// n examples from successive draws of `gen`.
   std::vector<Example> sample_many(Generator& gen, int64_t n) const;
-  const Vocab& vocab() const { return vocab_; }
-  const TaskOptions& options() const { return options_; }
-  // How a line of this task's text splits into tokens (chars, or whitespace for multi-character tokens).
+  const Vocab& vocab() const { return vocab_; }            ///< Every token the task can produce.
+  const TaskOptions& options() const { return options_; }  ///< As constructed.
+  /// How a line of this task's text splits into tokens (chars, or whitespace for multi-character tokens).
   Tokenization tokenization() const { return tokenization_; }
 
  protected:
-  Vocab vocab_;
-  TaskOptions options_;
-  Tokenization tokenization_ = Tokenization::chars;
+  Vocab vocab_;                                      ///< set by the subclass's constructor
+  TaskOptions options_;                              ///< set by the subclass's constructor
+  Tokenization tokenization_ = Tokenization::chars;  ///< set by the subclass if not chars
 };
 
-// Names (formats in src/data/tasks.cpp, letters a.. are the `symbols` content symbols):
-//   copy     "cabd"        -> "cabd"
-//   reverse  "cabd"        -> "dbac"
-//   sort     "cabd"        -> "abcd"        (ascending, repeats kept)
-//   recall   "a3c7b1?c"    -> "7"           (long-range: distinct keys with digit values, then '?' and
-//                                             a key; the target is its value, uniformly any pair)
-//   rotate   "2abcde"      -> "cdeab"       (order-sensitive: rotate the symbols left by the digit)
-//   pair-recall "a3 c7 b1 ? c" -> "7"       (recall with each key-value pair one token, whitespace
-//                                             tokens: the lookup without binding a value to the key
-//                                             before it; L = pairs + 2)
-// Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
-// Throws Error naming the valid tasks for an unknown name, or the bad option.
+/// The built-in task called `name`, with `options`.
+/// Names (formats in src/data/tasks.cpp, the letters from a on are the `symbols` content symbols):
+/// ```
+///   copy     "cabd"        -> "cabd"
+///   reverse  "cabd"        -> "dbac"
+///   sort     "cabd"        -> "abcd"        (ascending, repeats kept)
+///   recall   "a3c7b1?c"    -> "7"           (long-range: distinct keys with digit values, then '?' and
+///                                             a key; the target is its value, uniformly any pair)
+///   rotate   "2abcde"      -> "cdeab"       (order-sensitive: rotate the symbols left by the digit)
+///   pair-recall "a3 c7 b1 ? c" -> "7"       (recall with each key-value pair one token, whitespace
+///                                             tokens: the lookup without binding a value to the key
+///                                             before it; L = pairs + 2)
+/// ```
+/// Source lengths (including recall's "?key" and rotate's digit) lie in [min_len, max_len].
+/// Throws Error naming the valid tasks for an unknown name, or the bad option.
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& options);
+/// Every name make_task accepts.
 std::vector<std::string> task_names();
 
 // ---- TSV files ---------------------------------------------------------------------------------
+/// One line of a TSV file, tokenised.
 struct TextPair {
+  /// Source and target tokens.
+  /// @{
   std::vector<std::string> src, tgt;
-  int64_t line = 0;  // 1-based line in its file, for messages
+  /// @}
+  int64_t line = 0;  ///< 1-based line in its file, for messages
 };
-// Reads `source<TAB>target` lines. Every line is data: there are no comment lines (a source may
-// start with '#'). Blank (whitespace-only) lines are skipped and counted in *blank_lines, which
-// the trainer reports, so nothing is dropped silently. A line
-// without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
-// "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
+/// Reads `source<TAB>target` lines. Every line is data: there are no comment lines (a source may
+/// start with '#'). Blank (whitespace-only) lines are skipped and counted in *blank_lines, which
+/// the trainer reports, so nothing is dropped silently. A line
+/// without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
+/// "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
 std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines = nullptr);
+/// Each pair as ids through vocab.encode (tokens it lacks become kUnk).
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab);
-// One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
-// in order of first appearance.
+/// One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
+/// in order of first appearance.
 Vocab vocab_from_pairs(const std::vector<TextPair>& pairs);
 
 }  // namespace tapegrad::data

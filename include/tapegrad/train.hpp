@@ -1,17 +1,18 @@
-// Training, evaluation and checkpoints for the seq2seq models: what `tapegrad train/eval/translate`
-// run, as a library so tests drive the same code.
-//
-// Reproducibility: the batch of step s is a pure function of (seed, s) (built-in tasks sample it from
-// a generator seeded by both; TSV data is shuffled per epoch by a generator seeded by (seed, epoch)),
-// dropout draws from the model's generator, whose state is checkpointed, and the learning rate is a
-// function of s. So N straight steps and k steps + save + resume + N-k steps give identical bits.
-//
-// A checkpoint is model.safetensors (parameters named as the model names them; metadata: format,
-// model config, vocabulary, tokenisation, step, the training options) and optimizer.safetensors
-// (optimizer state and the model generator's state, with the same step). A run directory keeps the
-// last two in step-N subdirectories behind an atomically replaced `latest` link, with
-// DIR/model.safetensors linked through it, so a kill at any instant leaves a complete pair
-// (layout: src/train/run_directory.hpp). A directory with just the two files also loads.
+/// @file
+/// Training, evaluation and checkpoints for the seq2seq models: what `tapegrad train/eval/translate`
+/// run, as a library so tests drive the same code.
+///
+/// Reproducibility: the batch of step s is a pure function of (seed, s) (built-in tasks sample it from
+/// a generator seeded by both; TSV data is shuffled per epoch by a generator seeded by (seed, epoch)),
+/// dropout draws from the model's generator, whose state is checkpointed, and the learning rate is a
+/// function of s. So N straight steps and k steps + save + resume + N-k steps give identical bits.
+///
+/// A checkpoint is model.safetensors (parameters named as the model names them; metadata: format,
+/// model config, vocabulary, tokenisation, step, the training options) and optimizer.safetensors
+/// (optimizer state and the model generator's state, with the same step). A run directory keeps the
+/// last two in step-N subdirectories behind an atomically replaced `latest` link, with
+/// DIR/model.safetensors linked through it, so a kill at any instant leaves a complete pair
+/// (layout: src/train/run_directory.hpp). A directory with just the two files also loads.
 #pragma once
 
 #include <functional>
@@ -25,46 +26,51 @@
 #include "tapegrad/models/seq2seq.hpp"
 #include "tapegrad/optim.hpp"
 
+/// Training, evaluation and checkpoints (see train.hpp).
 namespace tapegrad::train {
 
+/// Every option of `tapegrad train`, with its defaults; stored in checkpoints as JSON.
 struct TrainOptions {
-  models::ModelConfig model;      // vocab_size is filled from the data
-  std::string task = "reverse";   // built-in task, unless train_file is set
-  data::TaskOptions task_options;
-  std::string train_file, valid_file;  // TSV
-  data::Tokenization tokenization = data::Tokenization::chars;
-  double valid_fraction = 0.1;    // TSV without valid_file: hold out this fraction
-  int64_t steps = 1500;
-  int64_t batch_size = 64;
-  std::string optimizer = "adamw";  // adamw | adam | sgd
-  double lr = 1e-3;
-  double momentum = 0.9;          // sgd
-  double weight_decay = 0.01;
-  optim::Schedule schedule = optim::Schedule::cosine;  // anneals to a sharper final model than inverse_sqrt
-  int64_t warmup = 200;
-  double clip_norm = 1.0;
-  double label_smoothing = 0.0;
-  uint64_t seed = 1;
-  int threads = 0;                // 0: the default
-  int64_t valid_size = 500;       // built-in task: held-out examples
-  int64_t eval_every = 500;
-  int64_t log_every = 50;
-  int64_t save_every = 1000;      // also at the end
-  int64_t decode_max_len = 0;     // 0: longest target in the data + 8
-  std::string out_dir;            // empty: no checkpoints or CSV
-  std::string resume_dir;
-  bool overwrite = false;         // out_dir may hold a checkpoint, which this run replaces (not saved)
-  bool detect_anomaly = false;    // AnomalyMode around every step (not saved)
-  // The options the user gave explicitly, as the command line spells them ("--d-model"): on
-  // --resume, each must agree with the checkpoint unless it is one that may change (not saved).
+  models::ModelConfig model;       ///< vocab_size is filled from the data
+  std::string task = "reverse";    ///< built-in task, unless train_file is set
+  data::TaskOptions task_options;  ///< the built-in task's lengths and symbols
+  /// TSV
+  /// @{
+  std::string train_file, valid_file;
+  /// @}
+  data::Tokenization tokenization = data::Tokenization::chars;  ///< how TSV lines split into tokens
+  double valid_fraction = 0.1;      ///< TSV without valid_file: hold out this fraction
+  int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
+  int64_t batch_size = 64;          ///< sequences per step
+  std::string optimizer = "adamw";  ///< adamw | adam | sgd
+  double lr = 1e-3;                 ///< peak learning rate
+  double momentum = 0.9;            ///< sgd
+  double weight_decay = 0.01;       ///< decoupled for adamw, L2 for adam and sgd
+  optim::Schedule schedule = optim::Schedule::cosine;  ///< anneals to a sharper final model than inverse_sqrt
+  int64_t warmup = 200;                                ///< linear warm-up steps of the schedule
+  double clip_norm = 1.0;                              ///< global gradient-norm limit (0: no clipping)
+  double label_smoothing = 0.0;                        ///< of the cross-entropy, in [0, 1)
+  uint64_t seed = 1;            ///< model weights, batches and dropout all follow from it
+  int threads = 0;              ///< 0: the default
+  int64_t valid_size = 500;     ///< built-in task: held-out examples
+  int64_t eval_every = 500;     ///< validation every this many steps
+  int64_t log_every = 50;       ///< a log line (and a metrics.csv row) every this many steps
+  int64_t save_every = 1000;    ///< also at the end
+  int64_t decode_max_len = 0;   ///< 0: longest target in the data + 8
+  std::string out_dir;          ///< empty: no checkpoints or CSV
+  std::string resume_dir;       ///< a checkpoint to continue from (empty: a fresh run)
+  bool overwrite = false;       ///< out_dir may hold a checkpoint, which this run replaces (not saved)
+  bool detect_anomaly = false;  ///< AnomalyMode around every step (not saved)
+  /// The options the user gave explicitly, as the command line spells them ("--d-model"): on
+  /// --resume, each must agree with the checkpoint unless it is one that may change (not saved).
   std::set<std::string> given;
 
-  // Throws Error naming the option as the command line spells it and its allowed range, e.g.
-  // "--lr nan: expected a finite number above 0". Called before anything is built or written.
+  /// Throws Error naming the option as the command line spells it and its allowed range, as in
+  /// "--lr nan: expected a finite number above 0". Called before anything is built or written.
   void validate() const;
-  // On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
-  // (the checkpoint's), except those that may change on resume (kResumableOptions). --train and
-  // --valid agree when they name the same absolute path.
+  /// On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
+  /// (the checkpoint's), except those that may change on resume (kResumableOptions). --train and
+  /// --valid agree when they name the same absolute path.
   void check_resume(const TrainOptions& saved) const;
   /// The options as the JSON object stored in checkpoints and written to `--out/config.json`: every
   /// field above except out_dir, resume_dir, overwrite, detect_anomaly and given; numbers round-trip
@@ -76,114 +82,143 @@ struct TrainOptions {
   /// Reads a config file (`train --config FILE.json`): to_json's object, or any subset of its keys
   /// (the missing ones keep their defaults; model.vocab_size is ignored: the data decide it). A key
   /// unknown to to_json or a value of another JSON type than to_json writes throws Error as one line
-  /// naming the file and the key ("run.json: key 'lr' is \"fast\"; expected a number"); a value out
+  /// naming the file and the key (`run.json: key 'lr' is "fast"; expected a number`); a value out
   /// of range throws from_json's or validate()'s Error prefixed with the file; an unreadable file
-  /// throws IoError naming it. When `keys` is given, it receives the keys the
-  /// file set, nested ones as "model.dropout".
+  /// throws IoError naming it. When `keys` is given, it receives the keys the file set, nested ones
+  /// as "model.dropout".
   static TrainOptions from_config_file(const std::string& path, std::set<std::string>* keys = nullptr);
 };
 
-// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`).
+/// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`).
 extern const std::vector<std::string> kResumableOptions;
 
+/// What evaluate measured.
 struct EvalResult {
-  double loss = 0;            // teacher-forced mean cross-entropy
-  double token_accuracy = 0;  // greedy output vs target, position by position, over target tokens
-  double exact_match = 0;     // greedy output equals the target exactly
-  int64_t examples = 0;
-  std::vector<std::string> samples;  // a few "source -> output (target)" lines
+  double loss = 0;                   ///< teacher-forced mean cross-entropy
+  double token_accuracy = 0;         ///< greedy output vs target, position by position, over target tokens
+  double exact_match = 0;            ///< greedy output equals the target exactly
+  int64_t examples = 0;              ///< examples scored
+  std::vector<std::string> samples;  ///< a few "source -> output (target)" lines
 };
 
 class RunDirectory;
 
-// Everything a session needs: data, vocabulary, model, optimizer, and where it is.
+/// Everything a session needs: data, vocabulary, model, optimizer, and where it is.
 struct Session {
-  TrainOptions options;
-  data::Vocab vocab;
-  std::unique_ptr<data::Task> task;  // null for TSV data
+  TrainOptions options;              ///< as given (resumed: the checkpoint's, with the changes allowed)
+  data::Vocab vocab;                 ///< the task's, the TSV data's, or the checkpoint's
+  std::unique_ptr<data::Task> task;  ///< null for TSV data
+  /// TSV data (training empty for a built-in task, which samples each batch) and the held-out examples.
+  /// @{
   std::vector<data::Example> train_examples, valid_examples;
-  int64_t blank_lines = 0;  // skipped in the TSV files
-  std::unique_ptr<models::Seq2Seq> model;
-  std::unique_ptr<optim::Optimizer> optimizer;
-  int64_t step = 0;  // steps completed
-  std::shared_ptr<RunDirectory> run_dir;  // --out, locked for this session; null without --out
+  /// @}
+  int64_t blank_lines = 0;                      ///< skipped in the TSV files
+  std::unique_ptr<models::Seq2Seq> model;       ///< built from options.model
+  std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
+  int64_t step = 0;                             ///< steps completed
+  std::shared_ptr<RunDirectory> run_dir;        ///< --out, locked for this session; null without --out
 
+  /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
+  /// One line: model, parameter count, vocabulary size and data.
   std::string describe() const;
 };
 
-// Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
-// model shape then override, e.g. a larger --steps).
+/// Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
+/// model shape then override, such as a larger --steps).
 Session make_session(const TrainOptions& options);
 
-// What a step needs besides the model, the optimizer and the batch.
+/// What a step needs besides the model, the optimizer and the batch.
 struct StepRecipe {
-  double lr = 1e-3;
-  optim::Schedule schedule = optim::Schedule::constant;
-  int64_t warmup = 0, total_steps = 0;  // the schedule's shape
-  double clip_norm = 0;                 // 0: no clipping
-  double label_smoothing = 0;
+  double lr = 1e-3;                                      ///< peak learning rate
+  optim::Schedule schedule = optim::Schedule::constant;  ///< see optim::learning_rate
+  /// The schedule's shape.
+  /// @{
+  int64_t warmup = 0, total_steps = 0;
+  /// @}
+  double clip_norm = 0;        ///< 0: no clipping
+  double label_smoothing = 0;  ///< of the cross-entropy
+  /// The recipe TrainOptions describe.
   static StepRecipe from(const TrainOptions& options);
 };
 
+/// What train_step measured.
 struct StepResult {
-  int64_t step = 0;       // the 1-based step just taken
+  int64_t step = 0;  ///< the 1-based step just taken
+  /// The batch's loss and the step's learning rate.
+  /// @{
   double loss = 0, lr = 0;
-  double grad_norm = 0;   // global L2 norm before clipping
-  int64_t tokens = 0;     // target tokens in the batch
-  double seconds = 0;     // wall time of the step, split into:
-  double forward_seconds = 0, backward_seconds = 0;  // loss; backward
-  double update_seconds = 0;  // clipping, the optimizer update and zeroing the gradients
+  /// @}
+  double grad_norm = 0;  ///< global L2 norm before clipping
+  int64_t tokens = 0;    ///< target tokens in the batch
+  double seconds = 0;    ///< wall time of the step, split into:
+  /// Computing the loss; backward.
+  /// @{
+  double forward_seconds = 0, backward_seconds = 0;
+  /// @}
+  double update_seconds = 0;  ///< clipping, the optimizer update and zeroing the gradients
 };
 
-// One training step, the only place a step is written: sets the learning rate of `step`, computes
-// the loss, runs backward, clips, updates and zeroes the gradients. A non-finite loss or gradient
-// norm throws NonFiniteError (naming the step, the quantity and the first parameter whose gradient
-// is not finite) before the update, so the parameters stay as they were.
+/// One training step, the only place a step is written: sets the learning rate of `step`, computes
+/// the loss, runs backward, clips, updates and zeroes the gradients. A non-finite loss or gradient
+/// norm throws NonFiniteError (naming the step, the quantity and the first parameter whose gradient
+/// is not finite) before the update, so the parameters stay as they were.
 StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
                       const data::Batch& batch, int64_t step);
-// The same on a session: takes step session.step + 1 with the session's options and advances it.
+/// The same on a session: takes step session.step + 1 with the session's options and advances it.
 StepResult train_step(Session& session, const data::Batch& batch);
 
+/// What train reports after each step.
 struct StepLog {
-  int64_t step;
+  int64_t step;  ///< the 1-based step just taken
+  /// As in StepResult; target tokens per second of the step; seconds since train started.
+  /// @{
   double loss, lr, grad_norm, tokens_per_second, seconds;
+  /// @}
 };
-// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
-// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.
+/// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
+/// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.
 void train(Session& session, const std::function<void(const StepLog&)>& on_step,
            const std::function<void(int64_t step, const EvalResult&)>& on_eval);
 
+/// Scores `examples` in batches of `batch_size`: teacher-forced loss and greedy decoding of up to
+/// `max_len` tokens, under NoGrad and in eval mode (the mode is restored afterwards); keeps `samples`
+/// decoded lines.
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples = 5);
 
+/// Saves the session as step-N in run directory `dir` (created if needed) behind the `latest` link
+/// (see train.hpp). Throws NonFiniteError if a parameter is not finite (the last checkpoint is kept)
+/// and IoError if a file cannot be written.
 void save_checkpoint(const Session& session, const std::string& dir);
-// Loads a checkpoint for inference: model (eval mode), vocabulary and the training options.
+/// A checkpoint loaded for inference.
 struct LoadedModel {
-  std::unique_ptr<models::Seq2Seq> model;
-  data::Vocab vocab;
-  TrainOptions options;
-  int64_t step = 0;
-  std::string optimizer_path;  // the optimizer state saved with this model
+  std::unique_ptr<models::Seq2Seq> model;  ///< in eval mode
+  data::Vocab vocab;                       ///< its vocabulary
+  TrainOptions options;                    ///< the options it was trained with
+  int64_t step = 0;                        ///< steps it was trained for
+  std::string optimizer_path;              ///< the optimizer state saved with this model
 };
+/// Loads a checkpoint for inference: model (eval mode), vocabulary and the training options, from a
+/// run directory or a directory holding the two files. Throws IoError naming the file and what is wrong.
 LoadedModel load_checkpoint(const std::string& dir);
 
-// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
-// the file and the metadata field or tensor at fault.
-//
-// A model file against its parsed config, before anything is built: the sizes its tensors imply
-// (src_embed.weight -> vocab_size, d_model; encoder.layers.N -> layers; d_ff, hidden, learned max_len),
-// the closed-form parameter count against the file's values, position tables within the file's size
-// plus 64 MB, the machine's memory (models::check_config), every value finite.
+/// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
+/// the file and the metadata field or tensor at fault.
+///
+/// A model file against its parsed config, before anything is built: the sizes its tensors imply
+/// (src_embed.weight -> vocab_size, d_model; encoder.layers.N -> layers; d_ff, hidden, learned max_len),
+/// the closed-form parameter count against the file's values, position tables within the file's size
+/// plus 64 MB, the machine's memory (models::check_config), every value finite.
 void check_model_file(const io::SafetensorsFile& model_file, const models::ModelConfig& config);
-// Parses the metadata strictly (format, step, options, vocab, config), runs check_model_file, then
-// builds the model and copies the parameters in (eval mode). What load_checkpoint does after reading.
+/// Parses the metadata strictly (format, step, options, vocab, config), runs check_model_file, then
+/// builds the model and copies the parameters in (eval mode). What load_checkpoint does after reading.
 LoadedModel load_model_file(const io::SafetensorsFile& model_file);
-// load_model_file's checks alone (everything before the model is built); throws what it would throw.
+/// load_model_file's checks alone (everything before the model is built); throws what it would throw.
 void check_model_loadable(const io::SafetensorsFile& model_file);
-// An optimizer file: format, step (digits only), generator state, finite moments (second moments >= 0).
+/// An optimizer file: format, step (digits only), generator state, finite moments (second moments >= 0).
 void check_training_state(const io::SafetensorsFile& optimizer_file);
-// Its 'generator' entry: exactly 4 comma-separated unsigned 64-bit decimal words, not all zero.
+/// Its 'generator' entry: exactly 4 comma-separated unsigned 64-bit decimal words, not all zero.
 std::vector<uint64_t> generator_state(const io::SafetensorsFile& optimizer_file);
 
 }  // namespace tapegrad::train

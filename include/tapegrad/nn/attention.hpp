@@ -1,59 +1,74 @@
-// Attention: multi-head scaled dot-product attention (Transformer) and additive / general / dot
-// attention over encoder states (attention RNN seq2seq).
+/// @file
+/// Attention: multi-head scaled dot-product attention (Transformer) and additive / general / dot
+/// attention over encoder states (attention RNN seq2seq).
 #pragma once
 
 #include "tapegrad/nn/layers.hpp"
 
 namespace tapegrad::nn {
 
-// Additive mask for keys that are padding: ids [B, S] -> float [B, 1, 1, S] holding 0 for real
-// tokens and -1e9 for <pad> (a large finite value: a fully padded row stays finite).
+/// Additive mask for keys that are padding: ids [B, S] -> float [B, 1, 1, S] holding 0 for real
+/// tokens and -1e9 for `<pad>` (a large finite value: a fully padded row stays finite).
 Tensor key_padding_mask(const Tensor& ids, DType dtype = DType::f32);
 
-// Keys and values kept between the steps of incremental decoding (inference only, no autograd), so
-// each new position costs one position's projections instead of re-running the whole prefix.
-// Self-attention appends each step's key and value (up to `capacity` positions); cross-attention
-// projects the encoder output on the first step and reuses it after.
+/// Keys and values kept between the steps of incremental decoding (inference only, no autograd), so
+/// each new position costs one position's projections instead of re-running the whole prefix.
+/// Self-attention appends each step's key and value (up to `capacity` positions); cross-attention
+/// projects the encoder output on the first step and reuses it after.
 struct KvCache {
-  int64_t capacity = 0;  // positions, for self-attention
-  int64_t len = 0;       // positions held
-  Tensor kt, v;          // [B, H, dk, capacity] and [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk, ..])
+  int64_t capacity = 0;  ///< positions, for self-attention
+  int64_t len = 0;       ///< positions held
+  /// Keys, transposed, [B, H, dk, capacity] and values [B, H, capacity, dk] (cross: [.., Tk] and [.., Tk,
+  /// ..]).
+  /// @{
+  Tensor kt, v;
+  /// @}
 };
 
-// How MultiHeadAttention computes softmax(q k^T / sqrt(d_k) + mask) v. Both give the same result up
-// to float rounding, with the same dropout mask:
-//   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
-//   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
-//   automatic (the default): fused when Tq * Tk >= kFusedMinScores and no KV cache is in use, else
-//            unfused. Measured on one Zen 3 core (AVX2, bench/bench_attention.cpp): the fused op takes
-//            1.0-1.4x the unfused time at every T from 32 to 2048 (it computes the scores twice),
-//            but keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at T = 2048 (8 heads
-//            of 64), so it pays where the T^2 weights start to dominate memory, from 256 x 256 on.
-//            The choice depends on sizes only, never on the thread count, so training stays bitwise
-//            the same at any thread count.
-// A KV cache always takes the unfused path.
+/// How MultiHeadAttention computes softmax(q k^T / sqrt(d_k) + mask) v. Both give the same result up
+/// to float rounding, with the same dropout mask:
+/// ```
+///   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
+///   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
+///   automatic (the default): fused when Tq * Tk >= kFusedMinScores and no KV cache is in use, else
+///            unfused. Measured on one Zen 3 core (AVX2, bench/bench_attention.cpp): the fused op takes
+///            1.0-1.4x the unfused time at every T from 32 to 2048 (it computes the scores twice),
+///            but keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at T = 2048 (8 heads
+///            of 64), so it pays where the T^2 weights start to dominate memory, from 256 x 256 on.
+///            The choice depends on sizes only, never on the thread count, so training stays bitwise
+///            the same at any thread count.
+/// ```
+/// A KV cache always takes the unfused path.
 enum class AttentionPath { automatic, fused, unfused };
 
-// Per head h: q = x W_Q^h, k = m W_K^h, v = m W_V^h, weights = softmax(q k^T / sqrt(d_k) + mask),
-// out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
+/// Per head h: q = x W_Q^h, k = m W_K^h, v = m W_V^h, weights = softmax(q k^T / sqrt(d_k) + mask),
+/// out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
 class MultiHeadAttention : public Module {
  public:
+  /// Tq * Tk from which AttentionPath::automatic takes the fused path.
   static constexpr int64_t kFusedMinScores = 256 * 256;
+  /// `dim` = C features split into `heads` heads of dim / heads (ShapeError unless it divides);
+  /// dropout on the attention weights; weights drawn from `gen`.
   MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
-  // mask: additive, broadcastable to [B, H, Tq, Tk] (e.g. key_padding_mask), or undefined.
-  // causal: query i may not attend to key j > i (decoder self-attention).
-  // cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
-  // self-attention (memory is query) it attends over every position so far, itself included.
+  /// mask: additive, broadcastable to [B, H, Tq, Tk] (such as key_padding_mask), or undefined.
+  /// causal: query i may not attend to key j > i (decoder self-attention).
+  /// cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
+  /// self-attention (memory is query) it attends over every position so far, itself included. A cache
+  /// needs NoGrad (Error otherwise). Returns [B, Tq, C]; dropout draws from `gen` in training.
   Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen,
                  KvCache* cache = nullptr);
-  void set_path(AttentionPath path) { path_ = path; }
-  AttentionPath path() const { return path_; }
-  // When on, forward keeps its attention weights [B, H, Tq, Tk] (detached, before dropout) for
-  // inspection; on the fused path they are recomputed for it, off the tape.
+  void set_path(AttentionPath path) { path_ = path; }  ///< Forces a path (see AttentionPath).
+  AttentionPath path() const { return path_; }         ///< The path setting (automatic by default).
+  /// When on, forward keeps its attention weights [B, H, Tq, Tk] (detached, before dropout) for
+  /// inspection; on the fused path they are recomputed for it, off the tape.
   void keep_weights(bool on) { keep_weights_ = on; }
+  /// The weights kept by the last forward with keep_weights on (undefined before).
   const Tensor& last_weights() const { return last_weights_; }
-  int64_t heads() const { return heads_; }
+  int64_t heads() const { return heads_; }  ///< Number of heads H.
+  /// Children "q_proj", "k_proj", "v_proj" (W_Q, W_K, W_V for all heads) and "out_proj" (W_O), each C -> C.
+  /// @{
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+  /// @}
 
  private:
   int64_t dim_, heads_;
@@ -75,26 +90,26 @@ const char* score_name(AttentionScore s);
 /// "dot": ModelConfig::from_json reads those by their version.)
 AttentionScore parse_score(const std::string& name);
 
-// Attention of one decoder state over all encoder states, scored as AttentionScore says;
-// weights = softmax(e + mask), context = sum_j weights_j h_j.
+/// Attention of one decoder state over all encoder states, scored as AttentionScore says;
+/// weights = softmax(e + mask), context = sum_j weights_j h_j.
 class SeqAttention : public Module {
  public:
   /// attn_dim is the additive score's hidden width (unused by general and dot). Throws ShapeError
   /// for dot scoring when query_dim != key_dim, naming the score and both sizes.
   SeqAttention(AttentionScore score, int64_t query_dim, int64_t key_dim, int64_t attn_dim, Generator& gen);
-  // Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys
-  // (dot scoring: the keys themselves).
+  /// Per-sequence work that does not depend on the decoder step: keys [B, S, K] -> projected keys
+  /// (dot scoring: the keys themselves).
   Tensor precompute(const Tensor& keys) const;
-  // query [B, Q], keys [B, S, K] (as given to precompute), projected = precompute(keys),
-  // mask additive [B, S] or undefined -> context [B, K]; weights [B, S] written to *weights if non-null.
+  /// query [B, Q], keys [B, S, K] (as given to precompute), projected = precompute(keys),
+  /// mask additive [B, S] or undefined -> context [B, K]; weights [B, S] written to *weights if non-null.
   Tensor forward(const Tensor& query, const Tensor& keys, const Tensor& projected, const Tensor& mask,
                  Tensor* weights = nullptr) const;
-  AttentionScore score() const { return score_; }
+  AttentionScore score() const { return score_; }  ///< The score function.
 
  private:
   AttentionScore score_;
   std::shared_ptr<Linear> query_proj_, key_proj_;
-  Tensor v_;  // [attn_dim] for additive scoring
+  Tensor v_;  ///< [attn_dim] for additive scoring
 };
 
 }  // namespace tapegrad::nn
