@@ -69,13 +69,24 @@ struct TrainOptions {
   /// "--lr nan: expected a finite number above 0". Called before anything is built or written.
   void validate() const;
   /// On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
-  /// (the checkpoint's), except those that may change on resume (kResumableOptions).
+  /// (the checkpoint's), except those that may change on resume (kResumableOptions). --train and
+  /// --valid agree when they name the same absolute path.
   void check_resume(const TrainOptions& saved) const;
-  /// The options as JSON (what checkpoints store), and back; from_json throws Error naming a bad field.
-  /// @{
-  std::string to_json() const;
+  /// The options as the JSON object stored in checkpoints and written to `--out/config.json`: every
+  /// field above except out_dir, resume_dir, overwrite, detect_anomaly and given; numbers round-trip
+  /// exactly. `indent` >= 0 pretty-prints with that many spaces per level.
+  std::string to_json(int indent = -1) const;
+  /// Parses to_json's output; every field must be present (a checkpoint's options). Throws Error
+  /// naming the field.
   static TrainOptions from_json(const std::string& json);
-  /// @}
+  /// Reads a config file (`train --config FILE.json`): to_json's object, or any subset of its keys
+  /// (the missing ones keep their defaults; model.vocab_size is ignored: the data decide it). A key
+  /// unknown to to_json or a value of another JSON type than to_json writes throws Error as one line
+  /// naming the file and the key (`run.json: key 'lr' is "fast"; expected a number`); a value out
+  /// of range throws from_json's or validate()'s Error prefixed with the file; an unreadable file
+  /// throws IoError naming it. When `keys` is given, it receives the keys the file set, nested ones
+  /// as "model.dropout".
+  static TrainOptions from_config_file(const std::string& path, std::set<std::string>* keys = nullptr);
 };
 
 /// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`).

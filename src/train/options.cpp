@@ -1,13 +1,18 @@
 // TrainOptions <-> JSON: stored in checkpoints so that --resume and `tapegrad eval` know what was trained.
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
 
+#include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
 
@@ -120,7 +125,8 @@ void TrainOptions::check_resume(const TrainOptions& saved) const {
   for (const auto& [name, value] : run_shaping_options()) {
     if (!given.count(name)) continue;
     const std::string want = value(*this), have = value(saved);
-    if (want != have)
+    const bool path = name == "--train" || name == "--valid";  // one file, however it was spelt
+    if (want != have && !(path && absolute_path(want) == absolute_path(have)))
       conflicts += (conflicts.empty() ? "" : "; ") + name + " " + want + " (checkpoint: " + have + ")";
   }
   if (conflicts.empty()) return;
@@ -130,7 +136,7 @@ void TrainOptions::check_resume(const TrainOptions& saved) const {
               ". A resumed run keeps the checkpoint's options; only " + allowed + " may change");
 }
 
-std::string TrainOptions::to_json() const {
+std::string TrainOptions::to_json(int indent) const {
   nlohmann::json j = {
       {"model", nlohmann::json::parse(model.to_json())},
       {"task", task},
@@ -159,7 +165,7 @@ std::string TrainOptions::to_json() const {
       {"save_every", save_every},
       {"decode_max_len", decode_max_len},
   };
-  return j.dump();
+  return j.dump(indent);
 }
 
 namespace {
@@ -250,6 +256,74 @@ TrainOptions TrainOptions::from_json(const std::string& json_text) {
   o.log_every = integer<int64_t>(j, "log_every");
   o.save_every = integer<int64_t>(j, "save_every");
   o.decode_max_len = integer<int64_t>(j, "decode_max_len");
+  return o;
+}
+
+namespace {
+
+// The JSON type a value of `reference` (to_json's value for the key) accepts, as errors say it.
+const char* json_kind(const Json& reference) {
+  if (reference.is_boolean()) return "true or false";
+  if (reference.is_string()) return "a string";
+  if (reference.is_number_integer()) return "an integer";
+  if (reference.is_number()) return "a number";
+  return "an object";
+}
+
+bool same_kind(const Json& reference, const Json& v) {
+  if (reference.is_boolean()) return v.is_boolean();
+  if (reference.is_string()) return v.is_string();
+  if (reference.is_number_integer()) return v.is_number_integer();
+  if (reference.is_number()) return v.is_number();
+  return v.is_object();
+}
+
+// Lays `file` over `base` (to_json of the defaults) key by key, one level into objects: every key of
+// `file` must be one of `base`'s and of its JSON type (so an object only where `base` has one).
+// Records the keys set in `keys`.
+void overlay(Json& base, const Json& file, const std::string& source, const std::string& prefix,
+             std::set<std::string>& keys) {
+  if (!file.is_object()) throw Error(source + ": expected a JSON object, got " + file.type_name());
+  for (const auto& [key, value] : file.items()) {
+    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    const auto it = base.find(key);
+    if (it == base.end()) throw Error(source + ": unknown key '" + name + "'");
+    if (!same_kind(*it, value))
+      throw Error(source + ": key '" + name + "' is " + value.dump() + "; expected " + json_kind(*it));
+    if (it->is_object())
+      overlay(*it, value, source, name, keys);
+    else
+      *it = value, keys.insert(name);
+  }
+}
+
+}  // namespace
+
+TrainOptions TrainOptions::from_config_file(const std::string& path, std::set<std::string>* keys) {
+  if (std::filesystem::is_directory(path)) throw IoError(path + ": is a directory, expected a JSON file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open: " + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Json file;
+  try {
+    file = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  Json merged = Json::parse(TrainOptions{}.to_json());
+  std::set<std::string> set_keys;
+  overlay(merged, file, path, "", set_keys);
+  // The vocabulary size comes from the data; a placeholder passes the model config's checks.
+  merged["model"]["vocab_size"] = 5;
+  TrainOptions o;
+  try {
+    o = from_json(merged.dump());
+    o.model.vocab_size = 0;
+    o.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  if (keys) *keys = std::move(set_keys);
   return o;
 }
 

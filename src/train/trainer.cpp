@@ -1,5 +1,6 @@
 // Sessions (data + model + optimizer), the training loop, and evaluation by greedy decoding.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -37,6 +38,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const mo
   throw Error("optimizer: unknown '" + o.optimizer + "' (expected adamw, adam or sgd)");
 }
 
+// The shortest decimal that reads back as the same double: metrics.csv keeps every bit of a figure.
+std::string exact(double v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
 int64_t longest_target(const std::vector<data::Example>& ex) {
   size_t n = 0;
   for (const auto& e : ex) n = std::max(n, e.tgt.size());
@@ -44,6 +52,12 @@ int64_t longest_target(const std::vector<data::Example>& ex) {
 }
 
 }  // namespace
+
+// Data files are kept as absolute paths, so a checkpoint resumes (and a config.json repeats) from
+// any working directory: a relative path means the directory it was given in, which is only known now.
+std::string absolute_path(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
 
 data::Batch Session::batch_for_step(int64_t s) const {
   std::vector<data::Example> ex;
@@ -117,17 +131,38 @@ void check_lengths(const std::vector<data::TextPair>& pairs, const std::string& 
   }
 }
 
+// A resumed run's data file, as its checkpoint recorded it: one it no longer finds is an error saying
+// where the path came from. Checkpoints written before paths were stored absolute may hold a relative
+// one, which can only mean the working directory (as it did then).
+void check_recorded_file(const std::string& recorded, const std::string& option, const std::string& dir) {
+  if (recorded.empty() || std::filesystem::exists(absolute_path(recorded))) return;
+  const bool relative = std::filesystem::path(recorded).is_relative();
+  throw IoError(
+      "--resume " + dir + ": " + recorded + ": no such file (the " + option +
+      " path recorded in the checkpoint" +
+      (relative ? ", relative to the directory it was trained in; looked for at " + absolute_path(recorded)
+                : "") +
+      ")");
+}
+
 }  // namespace
 
-Session make_session(const TrainOptions& requested) {
-  requested.validate();
+Session make_session(const TrainOptions& requested_options) {
+  requested_options.validate();
+  TrainOptions requested = requested_options;
+  requested.train_file = absolute_path(requested.train_file);
+  requested.valid_file = absolute_path(requested.valid_file);
   Session s;
   TrainOptions o = requested;
   int64_t resume_step = 0;
   std::unique_ptr<LoadedModel> resumed;
   if (!requested.resume_dir.empty()) {
     resumed = std::make_unique<LoadedModel>(load_checkpoint(requested.resume_dir));
-    requested.check_resume(resumed->options);
+    check_recorded_file(resumed->options.train_file, "--train", requested.resume_dir);
+    check_recorded_file(resumed->options.valid_file, "--valid", requested.resume_dir);
+    resumed->options.train_file = absolute_path(resumed->options.train_file);
+    resumed->options.valid_file = absolute_path(resumed->options.valid_file);
+    requested_options.check_resume(resumed->options);  // the paths as given, in its message
     o = resumed_options(resumed->options, requested);
     if (o.steps < resumed->step)
       throw Error("--steps " + std::to_string(o.steps) + ": below the checkpoint's step " +
@@ -256,13 +291,16 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     // Resuming into another directory carries the original run's curve over.
     const bool elsewhere = !o.resume_dir.empty() && !same_directory(o.out_dir, o.resume_dir);
     run->open_metrics(s.step, elsewhere ? o.resume_dir + "/metrics.csv" : "");
+    // The effective options, so `train --config DIR/config.json` repeats the run.
+    io::write_file_atomic(o.out_dir + "/config.json", o.to_json(2) + "\n");
   }
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
     const EvalResult r = evaluate(*s.model, s.vocab, o.tokenization, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       std::ostringstream row;
-      row << step << ",,,,," << r.loss << "," << r.token_accuracy << "," << r.exact_match;
+      row << step << ",,,,," << exact(r.loss) << "," << exact(r.token_accuracy) << ","
+          << exact(r.exact_match);
       run->append_metrics(row.str());
       std::ostringstream samples;
       samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match "
@@ -297,8 +335,8 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
       std::ostringstream row;
-      row << r.step << "," << log.loss << "," << r.lr << "," << r.grad_norm << "," << log.tokens_per_second
-          << ",,,";
+      row << r.step << "," << exact(log.loss) << "," << exact(r.lr) << "," << exact(r.grad_norm) << ","
+          << exact(log.tokens_per_second) << ",,,";
       run->append_metrics(row.str());
     }
     if (on_step) on_step(log);

@@ -25,11 +25,12 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-// A shell command line `cmd`, its stderr joined to its stdout, with `stdin_text` (if any) on its
-// standard input.
-inline Run run_command(std::string cmd, const std::string& stdin_text = "") {
+// A shell command line `cmd` with `stdin_text` (if any) on its standard input; its stderr goes where
+// `stderr_to` says, as the shell's 2> reads it (by default joined to its stdout, into `out`).
+inline Run run_command(std::string cmd, const std::string& stdin_text = "",
+                       const std::string& stderr_to = "&1") {
   namespace fs = std::filesystem;
-  cmd += " 2>&1";
+  cmd += " 2>" + stderr_to;
   if (!stdin_text.empty()) {
     const std::string in = fs::temp_directory_path() / ("tapegrad-cli-stdin-" + std::to_string(::getpid()));
     std::ofstream(in) << stdin_text;
@@ -47,6 +48,25 @@ inline Run run_command(std::string cmd, const std::string& stdin_text = "") {
 // `tapegrad ARGS`, with `stdin_text` (if any) on its standard input.
 inline Run run(const std::string& args, const std::string& stdin_text = "") {
   return run_command(std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args, stdin_text);
+}
+
+// What a process wrote, stream by stream.
+struct SplitRun {
+  int code;
+  std::string out, err;  // stdout; stderr
+};
+
+// `tapegrad ARGS` like run(), with stdout and stderr kept apart.
+inline SplitRun run_split(const std::string& args, const std::string& stdin_text = "") {
+  namespace fs = std::filesystem;
+  const std::string err_path =
+      fs::temp_directory_path() / ("tapegrad-cli-stderr-" + std::to_string(::getpid()));
+  const Run r =
+      run_command(std::string(TAPEGRAD_BUILD_DIR) + "/tools/tapegrad " + args, stdin_text, err_path);
+  std::ifstream in(err_path);
+  std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(err_path);
+  return {r.code, r.out, err};
 }
 
 // `tapegrad ARGS` with one extra environment variable set (NAME=VALUE) for the child only.
@@ -104,7 +124,8 @@ inline void require_same_parameters(const std::string& a_dir, const std::string&
 // A fresh (removed, not created) path in the temporary directory, unique to this process.
 inline std::string temp_dir(const std::string& prefix, const std::string& name) {
   namespace fs = std::filesystem;
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-" + prefix + "-" + name + "-" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tapegrad-" + prefix + "-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
 }

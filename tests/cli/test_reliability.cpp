@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -378,4 +379,80 @@ TEST_CASE("a directory in the two-file layout of earlier versions loads and resu
   CHECK(fs::is_symlink(old + "/model.safetensors"));
   fs::remove_all(dir);
   fs::remove_all(old);
+}
+
+namespace {
+
+// `tapegrad ARGS` run from the working directory `cwd`.
+Run run_in(const std::string& cwd, const std::string& args) {
+  const fs::path here = fs::current_path();
+  fs::current_path(cwd);
+  const Run r = run(args);
+  fs::current_path(here);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "relative --train/--valid paths: --resume works from another directory, or says the path came "
+    "from the checkpoint",
+    "[cli][reliability][paths]") {
+  const std::string dir = temp_dir("paths");
+  fs::create_directories(dir + "/data");
+  fs::create_directories(dir + "/elsewhere");
+  {
+    std::ofstream train(dir + "/data/train.tsv"), valid(dir + "/data/valid.tsv");
+    for (const char* w : {"abc", "bca", "cab", "acb", "bac", "cba", "aab", "bba"})
+      train << w << "\t" << w << "\n";
+    valid << "abc\tabc\ncab\tcab\n";
+  }
+  const std::string tsv =
+      "--train data/train.tsv --valid data/valid.tsv --model rnn --d-model 16 --hidden 16 "
+      "--layers 1 --batch-size 4 --threads 1 --eval-every 0 --log-every 1 --seed 3 ";
+  REQUIRE(run_in(dir, "train " + tsv + "--steps 4 --out straight").code == 0);
+  REQUIRE(run_in(dir, "train " + tsv + "--steps 2 --out run").code == 0);
+  // Stored absolute: the checkpoint and config.json name the files wherever they are read from.
+  const auto saved = train::load_checkpoint(dir + "/run").options;
+  CHECK(fs::path(saved.train_file) == fs::path(dir) / "data/train.tsv");
+  CHECK(fs::path(saved.valid_file) == fs::path(dir) / "data/valid.tsv");
+  const Run resumed = run_in(dir + "/elsewhere", "train --resume ../run --steps 4");
+  INFO(resumed.out);
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.out, Catch::Contains("resuming at step 2"));
+  require_same_parameters(dir + "/straight", dir + "/run");
+  // The same file spelt from here is no conflict.
+  const Run same = run_in(dir + "/elsewhere", "train --resume ../run --steps 4 --train ../data/train.tsv");
+  INFO(same.out);
+  CHECK(same.code == 0);
+
+  // The data moved away: the error says where the path came from.
+  fs::rename(dir + "/data", dir + "/moved");
+  const Run gone = run_in(dir + "/elsewhere", "train --resume ../run --steps 6");
+  CHECK(gone.code == 2);
+  CHECK_THAT(gone.out, Catch::Contains(dir + "/data/train.tsv") &&
+                           Catch::Contains("--train path recorded in the checkpoint"));
+  CHECK(std::count(gone.out.begin(), gone.out.end(), '\n') == 1);
+  fs::rename(dir + "/moved", dir + "/data");
+
+  // A checkpoint of an earlier version holding the relative paths: they mean the working directory.
+  const std::string old = dir + "/old";
+  fs::create_directories(old);
+  fs::copy_file(dir + "/run/latest/optimizer.safetensors", old + "/optimizer.safetensors");
+  io::SafetensorsFile model = io::load_safetensors(dir + "/run/latest/model.safetensors");
+  auto options = nlohmann::json::parse(model.metadata.at("options"));
+  options["train_file"] = "data/train.tsv";
+  options["valid_file"] = "data/valid.tsv";
+  model.metadata["options"] = options.dump();
+  io::save_safetensors(old + "/model.safetensors", model.tensors, model.metadata);
+  const Run relative = run_in(dir + "/elsewhere", "train --resume ../old --steps 6");
+  CHECK(relative.code == 2);
+  CHECK_THAT(relative.out, Catch::Contains("data/train.tsv: no such file") &&
+                               Catch::Contains("relative to the directory it was trained in") &&
+                               Catch::Contains(dir + "/elsewhere/data/train.tsv"));
+  CHECK(std::count(relative.out.begin(), relative.out.end(), '\n') == 1);
+  const Run there = run_in(dir, "train --resume old --steps 6");
+  INFO(there.out);
+  CHECK(there.code == 0);
+  fs::remove_all(dir);
 }

@@ -1,8 +1,10 @@
 // Model subcommands: train, eval, translate.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "curves.hpp"
@@ -45,10 +47,16 @@ Runner add_train(CLI::App& app) {
       "Train a sequence-to-sequence model on a built-in task or on TSV files.\n"
       "Example: tapegrad train --model transformer --task reverse --steps 2000 --out runs/rev");
   add_run_options(sub, *a);
+  auto config = std::make_shared<std::string>();
+  sub->add_option("--config", *config,
+                  "Read the options from a JSON file: a run's --out/config.json (which every run with --out "
+                  "writes: all its effective options) or any subset of its keys; options given on the "
+                  "command line override the file's (a warmup in the file counts as given with --schedule "
+                  "constant). Repeats a run exactly with a new --out");
   sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")
       ->capture_default_str()
       ->check(int_range(0, int64_t(1) << 40));
-  sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv and samples.txt");
+  sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv, samples.txt and config.json");
   sub->add_option(
       "--resume", o.resume_dir,
       "Continue training from this checkpoint directory, with its options; only " + resumable +
@@ -70,7 +78,14 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
       ->capture_default_str()
       ->check(int_range(1, 1 << 24));
-  return [a, sub] {
+  return [a, sub, config] {
+    if (!config->empty()) {
+      if (!a->o.resume_dir.empty())
+        throw Error("--config " + *config +
+                    ": cannot be combined with --resume (a resumed run keeps its "
+                    "checkpoint's options)");
+      load_run_config(sub, *a, *config);
+    }
     train::TrainOptions& o = resolve_run_options(sub, *a);
     train::Session s = train::make_session(o);
     if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
@@ -149,6 +164,7 @@ Runner add_eval(CLI::App& app) {
     int64_t size = 1000, batch_size = 256, max_len = 0, beam = 1;
     uint64_t seed = 20261130;
     int threads = 0;
+    bool json = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub =
@@ -171,6 +187,10 @@ Runner add_eval(CLI::App& app) {
   sub->add_option("--max-output", a->max_len, "Longest output to decode (default: longest target + 8)")
       ->check(int_range(1, 100000));
   sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
+  sub->add_flag("--json", a->json,
+                "Print one JSON object instead (checkpoint, step, model, examples, exact_match, "
+                "token_accuracy, loss, samples), every figure at full precision: it reads back as the same "
+                "double");
   return [a, mn, mx] {
     if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
@@ -187,6 +207,18 @@ Runner add_eval(CLI::App& app) {
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
     const train::EvalResult r = train::evaluate(*m.model, m.vocab, tok, ex, a->batch_size, max_len, 5);
+    if (a->json) {
+      const nlohmann::json j = {{"checkpoint", a->checkpoint},
+                                {"step", m.step},
+                                {"model", models::model_name(m.model->config().kind)},
+                                {"examples", r.examples},
+                                {"exact_match", r.exact_match},
+                                {"token_accuracy", r.token_accuracy},
+                                {"loss", r.loss},
+                                {"samples", r.samples}};
+      std::printf("%s\n", j.dump().c_str());
+      return 0;
+    }
     std::printf("checkpoint: %s (step %lld, %s)\n", a->checkpoint.c_str(), (long long)m.step,
                 models::model_name(m.model->config().kind));
     std::printf("examples: %lld\n", (long long)r.examples);
@@ -228,11 +260,14 @@ Runner add_translate(CLI::App& app) {
         lines.push_back(line);
       }
     constexpr size_t kChunk = 64;
+    int64_t tokens = 0, unknown = 0;  // input tokens, and those the vocabulary maps to <unk>
     for (size_t start = 0; start < lines.size(); start += kChunk) {
       std::vector<data::Example> ex;
       int64_t longest = 0;
       for (size_t i = start; i < std::min(lines.size(), start + kChunk); ++i) {
         auto ids = m.vocab.encode(data::tokenize(lines[i], tok));
+        tokens += int64_t(ids.size());
+        unknown += std::count(ids.begin(), ids.end(), data::kUnk);
         if (ids.empty()) ids.push_back(data::kUnk);  // an empty line still gets a (meaningless) output line
         if (int64_t(ids.size()) > m.model->config().max_len)
           throw Error("translate: line " + std::to_string(i + 1) + " has " + std::to_string(ids.size()) +
@@ -249,6 +284,12 @@ Runner add_translate(CLI::App& app) {
         outs = m.model->greedy_decode(b.src, b.src_len, max_len);
       }
       for (const auto& o : outs) std::printf("%s\n", data::detokenize(m.vocab.decode(o), tok).c_str());
+    }
+    if (unknown > 0) {
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "translate: %lld of %lld input tokens unknown to the vocabulary (mapped to <unk>)\n",
+                   (long long)unknown, (long long)tokens);
     }
     return 0;
   };

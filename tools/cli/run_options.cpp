@@ -35,9 +35,14 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
       ->check(int_range(1, 1 << 20));
   sub->add_option("--optimizer", o.optimizer, "adamw | adam | sgd")->capture_default_str();
   sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str()->check(positive_number());
-  sub->add_option("--schedule", a.schedule, "constant | inverse_sqrt | cosine")->capture_default_str();
-  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")
-      ->capture_default_str()
+  sub->add_option("--schedule", a.schedule,
+                  "Learning-rate schedule: cosine (linear warm-up to --lr, then cosine annealing to 0 at the "
+                  "last step), inverse_sqrt (linear warm-up to --lr, then --lr * sqrt(warmup / step)), "
+                  "constant (--lr at every step: no warm-up unless --warmup is given)")
+      ->capture_default_str();
+  sub->add_option("--warmup", o.warmup,
+                  "Linear warm-up steps from 0 to --lr (default: 0 with --schedule constant, else " +
+                      std::to_string(o.warmup) + ")")
       ->check(int_range(0, int64_t(1) << 40));
   sub->add_option("--weight-decay", o.weight_decay, "Weight decay (decoupled for adamw)")
       ->capture_default_str()
@@ -96,20 +101,36 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
 
 train::TrainOptions& resolve_run_options(const CLI::App* sub, RunArgs& a) {
   train::TrainOptions& o = a.o;
-  if (!a.dropout->count()) o.model.dropout = o.train_file.empty() ? 0.0 : 0.1;
+  auto on_command_line = [&](const char* name) { return sub->get_option(name)->count() > 0; };
+  // A string option is parsed from the command line, or from its default unless a config file set it.
+  auto chosen = [&](const char* name) { return !a.from_config || on_command_line(name); };
+  if (!a.dropout->count() && !a.config_keys.count("model.dropout"))
+    o.model.dropout = o.train_file.empty() ? 0.0 : 0.1;
   for (const CLI::Option* opt : sub->get_options())
     if (opt->count() && !opt->get_lnames().empty()) o.given.insert("--" + opt->get_lnames().front());
-  o.model.kind = models::parse_model(a.model);
-  o.model.positional = nn::parse_positional(a.positional);
-  o.model.activation = nn::parse_activation(a.activation);
-  o.model.cell = nn::parse_cell(a.cell);
-  o.model.score = nn::parse_score(a.attention);
-  o.model.norm_first = a.pre_ln;
-  o.model.tie_embeddings = a.tie_embeddings;
-  o.schedule = optim::parse_schedule(a.schedule);
-  o.tokenization = data::parse_tokenization(a.tokens);
+  if (chosen("--model")) o.model.kind = models::parse_model(a.model);
+  if (chosen("--positional")) o.model.positional = nn::parse_positional(a.positional);
+  if (chosen("--activation")) o.model.activation = nn::parse_activation(a.activation);
+  if (chosen("--rnn-cell")) o.model.cell = nn::parse_cell(a.cell);
+  if (chosen("--attention")) o.model.score = nn::parse_score(a.attention);
+  if (chosen("--pre-ln")) o.model.norm_first = a.pre_ln;
+  if (chosen("--tie-embeddings")) o.model.tie_embeddings = a.tie_embeddings;
+  if (chosen("--schedule")) o.schedule = optim::parse_schedule(a.schedule);
+  if (chosen("--tokens")) o.tokenization = data::parse_tokenization(a.tokens);
+  // `constant` means constant: its warm-up is 0 unless asked for. (A resumed run keeps the warm-up
+  // its checkpoint stored, whatever this says.)
+  if (o.schedule == optim::Schedule::constant && !on_command_line("--warmup") &&
+      !a.config_keys.count("warmup"))
+    o.warmup = 0;
   o.validate();
   return o;
+}
+
+void load_run_config(CLI::App* sub, RunArgs& a, const std::string& path) {
+  a.o = train::TrainOptions::from_config_file(path, &a.config_keys);
+  a.from_config = true;
+  for (CLI::Option* opt : sub->get_options())
+    if (opt->count()) opt->run_callback();
 }
 
 }  // namespace tapegrad::cli
