@@ -16,8 +16,7 @@ void restore_training_state(Session& session, const io::SafetensorsFile& state);
 std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named, bool of_grads);
 
 // Writes model.safetensors, calls `between`, then writes optimizer.safetensors, into `dir`.
-void write_checkpoint_files(const Session& session, const std::string& dir,
-                            const std::function<void()>& between);
+void write_checkpoint_files(const Session& session, const std::string& dir, const std::function<void()>& between);
 
 // What a data-parallel step adds to train_step (src/train/distributed.cpp): it watches the tape
 // from the forward pass on (to know when each parameter's gradient is complete), sums the loss and

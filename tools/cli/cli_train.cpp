@@ -34,60 +34,28 @@ void print_eval(const char* prefix, const train::EvalResult& r) {
   std::fflush(stdout);
 }
 
-// `tapegrad train` on one rank (or the only process).
-int run_train(CLI::App* sub, RunArgs* a, const train::World& w) {
-  train::TrainOptions& o = resolve_run_options(sub, *a);
-  train::Session s = train::make_session(o);
-  if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
-  if (w.launched) std::printf("%s\n", train::data_parallel_layout(s.options).c_str());
-  std::printf("training %s\n", s.describe().c_str());
-  std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
-              runtime::active_isa().c_str(), (long long)s.options.steps, (long long)s.options.batch_size,
-              s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
-  std::fflush(stdout);
-  const bool tty =
-      stdout_is_tty() && !w.launched;  // mpirun hands the ranks a pty even when its output is a file
-  const int64_t first = s.step;
-  double tok_rate = 0;
-  double step_seconds = 0, wait_seconds = 0;  // data-parallel: after the first step (warm-up)
-  int64_t timed_steps = 0;
-  train::train(
-      s,
-      [&](const train::StepLog& l) {
-        if (l.step > first + 1)
-          step_seconds += l.step_seconds, wait_seconds += l.allreduce_wait_seconds, ++timed_steps;
-        tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
-        const double per_step = l.seconds / double(l.step - first);
-        const double eta = per_step * double(s.options.steps - l.step);
-        if (tty) {
-          std::printf("\rstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", (long long)l.step,
-                      (long long)s.options.steps, l.loss, l.lr, tok_rate, format_duration(eta).c_str());
-          std::fflush(stdout);
-        } else if (l.step % std::max<int64_t>(s.options.log_every, 1) == 0 || l.step == s.options.steps) {
-          std::printf("step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
-                      (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
-                      format_duration(l.seconds).c_str(), format_duration(eta).c_str());
-          std::fflush(stdout);
-        }
-      },
-      [&](int64_t step, const train::EvalResult& r) {
-        if (tty) std::printf("\n");
-        print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
-      });
-  if (w.launched && timed_steps > 0)
-    std::printf(
-        "data-parallel: %lld steps after the first, mean %.2f ms per step, of which %.2f ms (%.1f%%) waiting "
-        "for gradient sums after backward\n",
-        (long long)timed_steps, 1e3 * step_seconds / double(timed_steps),
-        1e3 * wait_seconds / double(timed_steps), 100 * wait_seconds / std::max(step_seconds, 1e-12));
-  if (!s.options.out_dir.empty() && w.rank == 0) {
-    const std::string png = s.options.out_dir + "/curves.png";
-    plot_curves({read_curves(s.options.out_dir)}, png, PlotOptions{});
+// Runs `train` on every rank of an mpirun launch (or in the only process): rank 0 alone prints; a
+// refusal every rank reaches (CollectiveError, a non-finite loss) exits normally on each, rank 0
+// printing it; any other error stops every rank rather than leave the others waiting for this one.
+int on_every_rank(const Runner& train) {
+  const train::World& w = train::world();
+  if (w.rank > 0) std::freopen("/dev/null", "w", stdout);
+  try {
+    return train();
+  } catch (const train::CollectiveError&) {
+    if (w.rank == 0) throw;
+    return 2;
+  } catch (const NonFiniteError&) {
+    if (w.rank == 0) throw;
+    return 3;
+  } catch (const std::exception& e) {
+    if (w.size == 1) throw;
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad: rank %d of %d: %s; stopping every rank\n", w.rank, w.size, e.what());
+    std::fflush(stderr);
+    train::abort_world(2);
+    throw;
   }
-  if (!s.options.out_dir.empty())
-    std::printf("checkpoint (latest -> step-%08lld), metrics.csv, samples.txt, curves.png: %s\n",
-                (long long)s.step, s.options.out_dir.c_str());
-  return 0;
 }
 
 }  // namespace
@@ -111,10 +79,9 @@ Runner add_train(CLI::App& app) {
       "Continue training from this checkpoint directory, with its options; only " + resumable +
           " may be given differently (--out DIR continues into DIR, leaving the original as it is)");
   sub->add_flag("--overwrite", o.overwrite, "Replace the checkpoint already in --out (refused otherwise)");
-  sub->add_flag(
-      "--detect-anomaly", o.detect_anomaly,
-      "Check every op's output and every gradient for NaN/Inf; stop at the first, naming the op and "
-      "tape entry (slower)");
+  sub->add_flag("--detect-anomaly", o.detect_anomaly,
+                "Check every op's output and every gradient for NaN/Inf; stop at the first, naming the op and "
+                "tape entry (slower)");
   sub->add_option("--eval-every", o.eval_every, "Validate every N steps (0: only at the end)")
       ->capture_default_str()
       ->check(int_range(0, INT64_MAX));
@@ -128,37 +95,70 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
       ->capture_default_str()
       ->check(int_range(1, 1 << 24));
-  sub->add_option(
-         "--bucket-mb", o.bucket_mb,
-         "Under mpirun: sum gradients across ranks in buckets of this many MiB, each sent as soon as "
-         "backward has completed it")
+  sub->add_option("--bucket-mb", o.bucket_mb,
+                  "Under mpirun: sum gradients across ranks in buckets of this many MiB, each sent as soon as "
+                  "backward has completed it")
       ->capture_default_str()
       ->check(finite_range(1.0 / 1024, 65536));
   sub->add_flag("--deterministic-allreduce", o.deterministic_allreduce,
                 "Under mpirun: gather the gradients and sum them in rank order (identical bits on every run; "
                 "more traffic)");
-  return [a, sub]() -> int {
-    // Under mpirun: rank 0 alone prints; a refusal every rank reaches (CollectiveError, a non-finite
-    // loss) exits normally on each; any other error stops every rank rather than leave them waiting.
+  Runner run = [a, sub] {
     const train::World& w = train::world();
-    if (w.rank > 0) std::freopen("/dev/null", "w", stdout);
-    try {
-      return run_train(sub, a.get(), w);
-    } catch (const train::CollectiveError&) {
-      if (w.rank == 0) throw;
-      return 2;
-    } catch (const NonFiniteError&) {
-      if (w.rank == 0) throw;
-      return 3;
-    } catch (const std::exception& e) {
-      if (w.size == 1) throw;
-      std::fflush(stdout);
-      std::fprintf(stderr, "tapegrad: rank %d of %d: %s; stopping every rank\n", w.rank, w.size, e.what());
-      std::fflush(stderr);
-      train::abort_world(2);
-      throw;
+    train::TrainOptions& o = resolve_run_options(sub, *a);
+    train::Session s = train::make_session(o);
+    if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
+    if (w.launched) std::printf("%s\n", train::data_parallel_layout(s.options).c_str());
+    std::printf("training %s\n", s.describe().c_str());
+    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
+                runtime::active_isa().c_str(), (long long)s.options.steps,
+                (long long)s.options.batch_size,
+                s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
+    std::fflush(stdout);
+    const bool tty = stdout_is_tty() && !w.launched;  // mpirun gives the ranks a pty even when it writes a file
+    const int64_t first = s.step;
+    double tok_rate = 0;
+    double step_seconds = 0, wait_seconds = 0;  // data-parallel: the steps after the first (a warm-up)
+    int64_t timed_steps = 0;
+    train::train(
+        s,
+        [&](const train::StepLog& l) {
+          if (l.step > first + 1)
+            step_seconds += l.step_seconds, wait_seconds += l.allreduce_wait_seconds, ++timed_steps;
+          tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
+          const double per_step = l.seconds / double(l.step - first);
+          const double eta = per_step * double(s.options.steps - l.step);
+          if (tty) {
+            std::printf("\rstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", (long long)l.step,
+                        (long long)s.options.steps, l.loss, l.lr, tok_rate, format_duration(eta).c_str());
+            std::fflush(stdout);
+          } else if (l.step % std::max<int64_t>(s.options.log_every, 1) == 0 || l.step == s.options.steps) {
+            std::printf(
+                "step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
+                (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
+                format_duration(l.seconds).c_str(), format_duration(eta).c_str());
+            std::fflush(stdout);
+          }
+        },
+        [&](int64_t step, const train::EvalResult& r) {
+          if (tty) std::printf("\n");
+          print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
+        });
+    if (w.launched && timed_steps > 0)
+      std::printf("data-parallel: %lld steps after the first, mean %.2f ms per step, of which %.2f ms (%.1f%%) "
+                  "waiting for gradient sums after backward\n",
+                  (long long)timed_steps, 1e3 * step_seconds / double(timed_steps),
+                  1e3 * wait_seconds / double(timed_steps), 100 * wait_seconds / std::max(step_seconds, 1e-12));
+    if (!s.options.out_dir.empty() && w.rank == 0) {
+      const std::string png = s.options.out_dir + "/curves.png";
+      plot_curves({read_curves(s.options.out_dir)}, png, PlotOptions{});
     }
+    if (!s.options.out_dir.empty())
+      std::printf("checkpoint (latest -> step-%08lld), metrics.csv, samples.txt, curves.png: %s\n", (long long)s.step,
+                  s.options.out_dir.c_str());
+    return 0;
   };
+  return [run] { return on_every_rank(run); };
 }
 
 namespace {
