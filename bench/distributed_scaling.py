@@ -7,11 +7,12 @@ random sequences and their reversals (every source exactly the length, so no pad
   1 process at 1 thread (the baseline) and at 2 threads (the other way to use two cores),
   mpirun -np 1, 2 and 4 at 1 thread per rank (4 ranks on a 2-core machine are oversubscribed: two
   processes share each core, so the best possible speed-up is 2, the efficiency at most 0.5),
-  mpirun -np 2 with one bucket of all gradients (sent when backward has completed all of them:
+  mpirun -np 2 with buckets of 1 MiB, and with one bucket of all gradients (sent when backward has completed all of them:
   what the all-reduce costs when nothing hides it), and with the deterministic (rank-order) sum.
 The global batch is the same in every row (strong scaling). Each row's figures come from rank 0's
-closing line: the mean wall time of the steps after the first, and of it the time spent after
-backward waiting for the gradient sums (the all-reduce share not hidden behind backward).
+closing line: the mean wall time of the steps after the first (from metrics.csv), backward's part of
+it, and the time spent after backward waiting for the gradient sums (the all-reduce share not hidden
+behind backward; included in backward).
 speed-up = baseline ms / row ms; efficiency = speed-up / ranks (1 process rows: / threads).
 
 Usage: bench/distributed_scaling.py [--build DIR] [--models transformer,transformer_base]
@@ -34,7 +35,8 @@ MODELS = {
     "transformer_base": (32, 64, 996, "--d-model 512 --heads 8 --layers 6 --d-ff 2048"),
 }
 
-SUMMARY = re.compile(r"data-parallel: (\d+) steps after the first, mean ([\d.]+) ms per step, of which ([\d.]+) ms")
+SUMMARY = re.compile(r"data-parallel: (\d+) steps after the first, mean ([\d.]+) ms per step, of which ([\d.]+) ms "
+                     r".*; backward ([\d.]+) ms")
 
 
 def write_data(path, length, words, lines, seed):
@@ -79,6 +81,7 @@ def main():
                        ("1 process, 2 threads", 0, ["--threads", "2"]),
                        ("mpirun -np 1", 1, ["--threads", "1"]),
                        ("mpirun -np 2", 2, ["--threads", "1"]),
+                       ("mpirun -np 2, buckets of 1 MiB", 2, ["--threads", "1", "--bucket-mb", "1"]),
                        ("mpirun -np 2, one bucket", 2, ["--threads", "1", "--bucket-mb", "65536"]),
                        ("mpirun -np 2, deterministic", 2, ["--threads", "1", "--deterministic-allreduce"]),
                        ("mpirun -np 4 (oversubscribed)", 4, ["--threads", "1"])]
@@ -88,29 +91,30 @@ def main():
                     cmd = ([] if ranks == 0 else mpirun + ["-np", str(ranks)]) + [tg] + base + extra
                     text = run(cmd + ["--out", os.path.join(out, "run")], env)
                     ms = mean_step_ms(os.path.join(out, "run", "metrics.csv"), batch * length)
-                wait = 0.0
+                wait, backward = 0.0, float("nan")
                 if ranks:
                     m = SUMMARY.search(text)
                     if not m:
                         sys.exit(f"no closing data-parallel line from {label}:\n{text[-2000:]}")
-                    wait = float(m.group(3))
+                    wait, backward = float(m.group(3)), float(m.group(4))
                 if baseline is None:
                     baseline = ms
                 workers = ranks if ranks else int(extra[1])
                 speedup = baseline / ms
-                rows.append((model, label, ms, wait, 100 * wait / ms, batch * length / ms * 1e3, speedup,
+                rows.append((model, label, ms, backward, wait, 100 * wait / ms, batch * length / ms * 1e3, speedup,
                              speedup / workers))
                 print(f"{model:17s} {label:32s} {ms:9.1f} ms", file=sys.stderr, flush=True)
-    head = ("model", "run", "ms/step", "wait ms", "wait %", "tokens/s", "speed-up", "efficiency")
+    head = ("model", "run", "ms/step", "backward ms", "wait ms", "wait %", "tokens/s", "speed-up", "efficiency")
     if a.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for r in rows:
-            print(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.0f} | {r[6]:.2f} | {r[7]:.2f} |")
+            print(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.1f} | {r[6]:.0f} | {r[7]:.2f} | "
+                  f"{r[8]:.2f} |")
     else:
-        print("%-17s %-32s %9s %8s %7s %9s %8s %10s" % head)
+        print("%-17s %-32s %9s %11s %8s %7s %9s %8s %10s" % head)
         for r in rows:
-            print("%-17s %-32s %9.1f %8.1f %7.1f %9.0f %8.2f %10.2f" % r)
+            print("%-17s %-32s %9.1f %11.1f %8.1f %7.1f %9.0f %8.2f %10.2f" % r)
 
 
 def mean_step_ms(metrics, tokens):

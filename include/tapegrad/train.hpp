@@ -146,6 +146,7 @@ struct StepLog {
   int64_t step;
   double loss, lr, grad_norm, tokens_per_second, seconds;
   double step_seconds = 0;            ///< this step's wall time
+  double backward_seconds = 0;        ///< of which backward (with the wait for the gradient sums)
   double allreduce_wait_seconds = 0;  ///< of which waiting for gradient sums (data-parallel runs)
 };
 // Trains from session.step to options.steps. Calls on_step after every step and on_eval after each

@@ -305,6 +305,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       double(r.tokens) / std::max(r.seconds, 1e-9),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(),
                       r.seconds,
+                      r.backward_seconds,
                       r.allreduce_wait_seconds};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
       std::ostringstream row;

@@ -118,13 +118,14 @@ Runner add_train(CLI::App& app) {
     const bool tty = stdout_is_tty() && !w.launched;  // mpirun gives the ranks a pty even when it writes a file
     const int64_t first = s.step;
     double tok_rate = 0;
-    double step_seconds = 0, wait_seconds = 0;  // data-parallel: the steps after the first (a warm-up)
+    double step_seconds = 0, backward_seconds = 0, wait_seconds = 0;  // data-parallel: after the first step
     int64_t timed_steps = 0;
     train::train(
         s,
         [&](const train::StepLog& l) {
           if (l.step > first + 1)
-            step_seconds += l.step_seconds, wait_seconds += l.allreduce_wait_seconds, ++timed_steps;
+            step_seconds += l.step_seconds, backward_seconds += l.backward_seconds,
+                wait_seconds += l.allreduce_wait_seconds, ++timed_steps;
           tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
           const double per_step = l.seconds / double(l.step - first);
           const double eta = per_step * double(s.options.steps - l.step);
@@ -146,9 +147,10 @@ Runner add_train(CLI::App& app) {
         });
     if (w.launched && timed_steps > 0)
       std::printf("data-parallel: %lld steps after the first, mean %.2f ms per step, of which %.2f ms (%.1f%%) "
-                  "waiting for gradient sums after backward\n",
+                  "waiting for gradient sums after backward; backward %.2f ms with that wait\n",
                   (long long)timed_steps, 1e3 * step_seconds / double(timed_steps),
-                  1e3 * wait_seconds / double(timed_steps), 100 * wait_seconds / std::max(step_seconds, 1e-12));
+                  1e3 * wait_seconds / double(timed_steps), 100 * wait_seconds / std::max(step_seconds, 1e-12),
+                  1e3 * backward_seconds / double(timed_steps));
     if (!s.options.out_dir.empty() && w.rank == 0) {
       const std::string png = s.options.out_dir + "/curves.png";
       plot_curves({read_curves(s.options.out_dir)}, png, PlotOptions{});
