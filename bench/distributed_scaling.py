@@ -10,16 +10,16 @@ random sequences and their reversals (every source exactly the length, so no pad
   mpirun -np 2 with buckets of 1 MiB, and with one bucket of all gradients (sent when backward has completed all of them:
   what the all-reduce costs when nothing hides it), and with the deterministic (rank-order) sum.
 The global batch is the same in every row (strong scaling). Each row's figures come from rank 0's
-closing line: the mean wall time of the steps after the first (from metrics.csv), backward's part of
-it, and the time spent after backward waiting for the gradient sums (the all-reduce share not hidden
-behind backward; included in backward).
+closing line and metrics.csv: the median wall time of the steps after the first (metrics.csv), and the
+means of backward's part of a step and of the time spent after backward waiting for the gradient sums
+(the all-reduce share not hidden behind backward, plus any wait for a slower rank; part of backward).
 speed-up = baseline ms / row ms; efficiency = speed-up / ranks (1 process rows: / threads).
 
 Usage: bench/distributed_scaling.py [--build DIR] [--models transformer,transformer_base]
-                                    [--steps-default 12] [--steps-base 3] [--markdown]
+                                    [--steps-default 30] [--steps-base 4] [--markdown]
 Run it under the exclusive CPU lock on a quiet machine:
   flock -x /work/cpu.lock bench/distributed_scaling.py --markdown
-About 15 s for the default Transformer and 2.5 min for the base one on a 2-core Zen 3.
+About 30 s for the default Transformer and 3.5 min for the base one on a 2-core Zen 3.
 """
 import argparse
 import os
@@ -59,8 +59,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--models", default="transformer,transformer_base")
-    ap.add_argument("--steps-default", type=int, default=12)
-    ap.add_argument("--steps-base", type=int, default=3)
+    ap.add_argument("--steps-default", type=int, default=30)
+    ap.add_argument("--steps-base", type=int, default=4)
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     tg = os.path.abspath(os.path.join(a.build, "tools", "tapegrad"))
@@ -90,7 +90,7 @@ def main():
                 with tempfile.TemporaryDirectory() as out:
                     cmd = ([] if ranks == 0 else mpirun + ["-np", str(ranks)]) + [tg] + base + extra
                     text = run(cmd + ["--out", os.path.join(out, "run")], env)
-                    ms = mean_step_ms(os.path.join(out, "run", "metrics.csv"), batch * length)
+                    ms = median_step_ms(os.path.join(out, "run", "metrics.csv"), batch * length)
                 wait, backward = 0.0, float("nan")
                 if ranks:
                     m = SUMMARY.search(text)
@@ -117,9 +117,10 @@ def main():
             print("%-17s %-32s %9.1f %11.1f %8.1f %7.1f %9.0f %8.2f %10.2f" % r)
 
 
-def mean_step_ms(metrics, tokens):
-    """Mean wall time of the steps after the first (a warm-up), from metrics.csv's tokens_per_second
-    (a step's target tokens over its own wall time; every step has batch x length target tokens)."""
+def median_step_ms(metrics, tokens):
+    """Median wall time of the steps after the first (a warm-up), from metrics.csv's tokens_per_second
+    (a step's target tokens over its own wall time; every step has batch x length target tokens). The
+    median, because a shared machine disturbs some steps."""
     times = []
     with open(metrics) as f:
         header = f.readline().strip().split(",")
@@ -128,7 +129,8 @@ def mean_step_ms(metrics, tokens):
             cols = line.strip().split(",")
             if cols[1] and int(cols[0]) > 1:
                 times.append(tokens / float(cols[tps]) * 1e3)
-    return sum(times) / len(times)
+    times.sort()
+    return times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
 
 
 if __name__ == "__main__":
