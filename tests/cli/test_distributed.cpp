@@ -341,3 +341,27 @@ TEST_CASE("a rank killed with kill -9 ends the job within seconds; the checkpoin
     fs::remove_all(dir), fs::remove_all(dir + "-more"), fs::remove(log);
   }
 }
+
+TEST_CASE("the default job on 2 ranks reaches the single-process job's accuracy", "[distributed][.slow]") {
+  REQUIRE_MPI_OR_SKIP();
+  // `tapegrad train --model transformer --task reverse` as it stands (1500 steps), then eval on 1000
+  // held-out examples: a few minutes each on 2 cores.
+  auto exact_match = [](const Run& eval) {
+    const std::string key = "exact_match: ";
+    const size_t at = eval.out.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(eval.out.substr(at + key.size()));
+  };
+  const std::string one = temp_dir("default-one"), two = temp_dir("default-two");
+  const std::string job = "train --model transformer --task reverse --out ";
+  REQUIRE(tapegrad::test::run(job + one).code == 0);
+  const Run r = mpirun(2, job + two);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const double a = exact_match(tapegrad::test::run("eval --checkpoint " + one + " --task reverse"));
+  const double b = exact_match(tapegrad::test::run("eval --checkpoint " + two + " --task reverse"));
+  CAPTURE(a, b);
+  CHECK(a >= 0.99);
+  CHECK(b >= a - 0.01);
+  fs::remove_all(one), fs::remove_all(two);
+}
