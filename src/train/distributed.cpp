@@ -51,20 +51,6 @@ int launched_size() {
   return n ? std::atoi(n) : 1;
 }
 
-// FNV-1a over bytes; the parameters' hash goes a 64-bit word at a time (it runs over every weight).
-uint64_t hash_bytes(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 std::string mib(double m) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", m);
@@ -125,6 +111,20 @@ void abort_world(int code) {
 }
 
 namespace {
+
+// FNV-1a over bytes; the parameters' hash goes a 64-bit word at a time (it runs over every weight).
+uint64_t hash_bytes(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
 
 // One bucket of gradients: a flat buffer of consecutive parameters' gradients, summed as one message.
 struct Bucket {
