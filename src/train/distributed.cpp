@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <unordered_map>
 
 #include "src/train/train_internal.hpp"
@@ -44,11 +45,6 @@ namespace {
 // Set by Open MPI's launcher (or any PMIx one) in every process it starts.
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK");
-}
-
-int launched_size() {
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return n ? std::atoi(n) : 1;
 }
 
 std::string mib(double m) {
@@ -74,10 +70,12 @@ std::string data_parallel_layout(const TrainOptions& o) {
   if (!(o.bucket_mb > 0 && o.bucket_mb <= 65536))
     throw CollectiveError("--bucket-mb " + mib(o.bucket_mb) + ": expected a number in (0, 65536]");
   const int64_t fewest = o.batch_size / w.size, most = fewest + (o.batch_size % w.size ? 1 : 0);
-  return "data-parallel: " + std::to_string(w.size) + (w.size == 1 ? " rank, " : " ranks, ") +
-         std::to_string(fewest) + (most != fewest ? "-" + std::to_string(most) : "") +
-         " sequences per rank per step, buckets of " + mib(o.bucket_mb) + " MiB" +
-         (o.deterministic_allreduce ? ", summed in rank order (deterministic)" : "");
+  std::ostringstream line;
+  line << "data-parallel: " << w.size << (w.size == 1 ? " rank, " : " ranks, ") << fewest;
+  if (most != fewest) line << "-" << most;
+  line << " sequences per rank per step, buckets of " << mib(o.bucket_mb) << " MiB";
+  if (o.deterministic_allreduce) line << ", summed in rank order (deterministic)";
+  return line.str();
 }
 
 #ifdef TAPEGRAD_HAVE_MPI
@@ -416,6 +414,13 @@ std::unique_ptr<DataParallel> DataParallel::start(Session& session) {
 }
 
 #else  // built without MPI: one process only
+
+namespace {
+int launched_size() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return n ? std::atoi(n) : 1;
+}
+}  // namespace
 
 bool mpi_available() {
   return false;
