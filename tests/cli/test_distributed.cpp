@@ -4,8 +4,9 @@
 // within float tolerance (the sums are associated differently); the deterministic all-reduce repeats
 // bit for bit. Rank 0 alone writes; a resume may change the number of ranks; a killed rank ends the
 // job within a bounded time leaving a valid checkpoint; an empty shard and options that differ
-// across ranks are refused with exit code 2 and one line. Skipped, with a message, when mpirun is
-// missing or the build has no MPI.
+// across ranks are refused with exit code 2 and one line. [.slow]: the default job on 2 ranks reaches
+// the single-process job's accuracy. Skipped, with a message, when mpirun is missing or the build has
+// no MPI.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
