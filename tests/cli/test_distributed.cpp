@@ -249,7 +249,8 @@ TEST_CASE("a resume may change the number of ranks", "[distributed]") {
   for (const auto& d : {straight, two, one, four}) fs::remove_all(d);
 }
 
-TEST_CASE("an empty shard and options that differ across ranks are refused with one line", "[distributed]") {
+TEST_CASE("an empty shard and options that differ across ranks are refused; an error on one rank stops all",
+          "[distributed]") {
   REQUIRE_MPI_OR_SKIP();
   const std::string dir = temp_dir("refused");
   SECTION("a global batch smaller than the ranks") {
@@ -263,6 +264,18 @@ TEST_CASE("an empty shard and options that differ across ranks are refused with 
     CHECK(r.out.find(line) != std::string::npos);
     CHECK(r.out.find(line) == r.out.rfind(line));  // rank 0 alone says it
     CHECK(!fs::exists(dir + "/model.safetensors"));
+  }
+  SECTION("an error on rank 0 alone stops every rank") {
+    // Rank 0 alone creates the run directory: here it cannot, and the others must not wait for it.
+    const std::string file = dir + ".file";
+    std::ofstream(file) << "x";
+    const Run r = mpirun(2, kTiny + "--steps 2 --batch-size 4 --out " + file + "/run");
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(r.out.find("tapegrad: rank 0 of 2: --out " + file + "/run: cannot create the directory") !=
+          std::string::npos);
+    CHECK(r.out.find("; stopping every rank") != std::string::npos);
+    fs::remove(file);
   }
   SECTION("another seed on one rank") {
     const Run r =
