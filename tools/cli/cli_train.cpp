@@ -115,7 +115,8 @@ Runner add_train(CLI::App& app) {
                 (long long)s.options.batch_size,
                 s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
     std::fflush(stdout);
-    const bool tty = stdout_is_tty() && !w.launched;  // mpirun gives the ranks a pty even when it writes a file
+    // Under mpirun the ranks get a pty even when mpirun's output is a file: log lines, no \r updates.
+    const bool tty = stdout_is_tty() && !w.launched;
     const int64_t first = s.step;
     double tok_rate = 0;
     double step_seconds = 0, backward_seconds = 0, wait_seconds = 0;  // data-parallel: after the first step
