@@ -61,6 +61,12 @@ struct TrainOptions {
   std::string resume_dir;       ///< a checkpoint to continue from (empty: a fresh run)
   bool overwrite = false;       ///< out_dir may hold a checkpoint, which this run replaces (not saved)
   bool detect_anomaly = false;  ///< AnomalyMode around every step (not saved)
+  /// Data-parallel runs (mpirun): gradients are summed in buckets of this many MiB, each sent as soon
+  /// as its gradients are complete during backward (not saved; may change on resume).
+  double bucket_mb = 4;
+  /// Data-parallel runs: gather every rank's gradients and sum them in rank order, so that repeated
+  /// runs give identical bits whatever MPI's reduction algorithm (not saved; may change on resume).
+  bool deterministic_allreduce = false;
   /// The options the user gave explicitly, as the command line spells them ("--d-model"): on
   /// --resume, each must agree with the checkpoint unless it is one that may change (not saved).
   std::set<std::string> given;
@@ -120,6 +126,8 @@ struct Session {
 
   /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
+  /// The examples of step `step`'s batch, in order (batch_for_step pads them into tensors).
+  std::vector<data::Example> examples_for_step(int64_t step) const;
   /// One line: model, parameter count, vocabulary size and data.
   std::string describe() const;
 };
@@ -157,6 +165,9 @@ struct StepResult {
   double forward_seconds = 0, backward_seconds = 0;
   /// @}
   double update_seconds = 0;  ///< clipping, the optimizer update and zeroing the gradients
+  /// Data-parallel runs: the part of the step spent after backward waiting for the gradient sums
+  /// (the communication backward did not hide); 0 for one process.
+  double allreduce_wait_seconds = 0;
 };
 
 /// One training step, the only place a step is written: sets the learning rate of `step`, computes
@@ -175,6 +186,9 @@ struct StepLog {
   /// @{
   double loss, lr, grad_norm, tokens_per_second, seconds;
   /// @}
+  double step_seconds = 0;            ///< this step's wall time
+  double backward_seconds = 0;        ///< of which backward (with the wait for the gradient sums)
+  double allreduce_wait_seconds = 0;  ///< of which waiting for gradient sums (data-parallel runs)
 };
 /// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
 /// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.

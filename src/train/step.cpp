@@ -3,10 +3,12 @@
 // training benchmark and the tests all call it, so a change to any part of a step is made here.
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/instruments.hpp"
+#include "tapegrad/ops.hpp"
 #include "tapegrad/train.hpp"
 
 namespace tapegrad::train {
@@ -34,21 +36,32 @@ StepRecipe StepRecipe::from(const TrainOptions& o) {
 
 StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
                       const data::Batch& batch, int64_t step) {
+  return train_step(model, optimizer, recipe, batch, step, nullptr);
+}
+
+StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
+                      const data::Batch& batch, int64_t step, GradientExchange* exchange) {
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
   r.step = step;
-  r.tokens = batch.target_tokens();
+  r.tokens = exchange ? exchange->global_tokens() : batch.target_tokens();
   r.lr = optim::learning_rate(recipe.schedule, recipe.lr, step, recipe.warmup, recipe.total_steps);
   optimizer.set_lr(r.lr);
-  const Tensor loss = model.loss(batch, recipe.label_smoothing);
-  r.loss = loss.item();
+  std::optional<ObserveScope> watch;  // a data-parallel step follows the tape from the forward on
+  if (exchange) watch.emplace(*exchange);
+  Tensor loss = model.loss(batch, recipe.label_smoothing);
+  r.loss = exchange ? exchange->sum_loss(loss.item()) : loss.item();  // the same on every rank
   const auto t_forward = std::chrono::steady_clock::now();
   if (!std::isfinite(r.loss)) {
     optimizer.zero_grad();
     throw NonFiniteError("step " + std::to_string(step) + ": the loss is " + show(r.loss) +
                          "; training stopped before this step's update");
   }
+  // A shard's mean loss, weighted by its share of the global batch: the ranks' gradients sum to the
+  // global batch's.
+  if (exchange) loss = loss * exchange->loss_weight();
   backward(loss);
+  if (exchange) r.allreduce_wait_seconds = exchange->finish_backward(), watch.reset();
   const auto t_backward = std::chrono::steady_clock::now();
   r.grad_norm = optim::clip_grad_norm(model.parameters(), recipe.clip_norm);
   if (!std::isfinite(r.grad_norm)) {

@@ -3,6 +3,7 @@
 
 #include <functional>
 
+#include "tapegrad/autograd.hpp"
 #include "tapegrad/io.hpp"
 #include "tapegrad/train.hpp"
 
@@ -20,5 +21,25 @@ std::string absolute_path(const std::string& path);
 
 // Writes model.safetensors, calls `between`, then writes optimizer.safetensors, into `dir`.
 void write_checkpoint_files(const Session& session, const std::string& dir, const std::function<void()>& between);
+
+// What a data-parallel step adds to train_step (src/train/distributed.cpp): it watches the tape
+// from the forward pass on (to know when each parameter's gradient is complete), sums the loss and
+// the gradients across ranks, and weights this rank's shard so that the sums are the global batch's.
+class GradientExchange : public TapeObserver {
+ public:
+  // Target tokens in the global batch (this rank's batch is a shard of it).
+  virtual int64_t global_tokens() const = 0;
+  // The factor on this shard's mean loss before backward: its share of the global batch's tokens.
+  virtual double loss_weight() const = 0;
+  // After forward: the global batch's loss from every rank's weighted shard loss (the same on all).
+  virtual double sum_loss(double shard_loss) = 0;
+  // After backward: every parameter's .grad holds the sum over ranks; returns the seconds spent
+  // waiting for sums still in flight when backward ended.
+  virtual double finish_backward() = 0;
+};
+
+// train_step, with `exchange` (when not null) making it one rank's part of a data-parallel step.
+StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
+                      const data::Batch& batch, int64_t step, GradientExchange* exchange);
 
 }  // namespace tapegrad::train

@@ -8,9 +8,11 @@
 #include <optional>
 #include <sstream>
 
+#include "src/train/distributed.hpp"
 #include "src/train/run_directory.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
+#include "tapegrad/distributed.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/instruments.hpp"
 #include "tapegrad/io.hpp"
@@ -59,7 +61,9 @@ std::string absolute_path(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
 }
 
-data::Batch Session::batch_for_step(int64_t s) const {
+data::Batch Session::batch_for_step(int64_t s) const { return data::make_batch(examples_for_step(s)); }
+
+std::vector<data::Example> Session::examples_for_step(int64_t s) const {
   std::vector<data::Example> ex;
   const int64_t B = options.batch_size;
   if (task) {
@@ -83,7 +87,7 @@ data::Batch Session::batch_for_step(int64_t s) const {
       ex.push_back(train_examples[size_t(perm[size_t(pos)])]);
     }
   }
-  return data::make_batch(ex);
+  return ex;
 }
 
 std::string Session::describe() const {
@@ -116,6 +120,7 @@ TrainOptions resumed_options(const TrainOptions& saved, const TrainOptions& requ
   o.resume_dir = requested.resume_dir;
   o.overwrite = requested.overwrite;
   o.detect_anomaly = requested.detect_anomaly;
+  o.bucket_mb = requested.bucket_mb, o.deterministic_allreduce = requested.deterministic_allreduce;
   o.given = requested.given;
   return o;
 }
@@ -222,8 +227,9 @@ Session make_session(const TrainOptions& requested_options) {
   }
   // The model's size is checked before anything is written or allocated, naming the option.
   if (!resumed) models::check_config(o.model);
-  // The run directory is locked (and a checkpoint in it refused) before the model is built.
-  if (!o.out_dir.empty())
+  // The run directory is locked (and a checkpoint in it refused) before the model is built; in a
+  // data-parallel run, by rank 0 alone, which alone writes it.
+  if (!o.out_dir.empty() && world().rank == 0)
     s.run_dir = std::make_shared<RunDirectory>(
         o.out_dir, o.overwrite || (resumed && same_directory(o.out_dir, o.resume_dir)));
   if (resumed) {
@@ -282,8 +288,10 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
 void train(Session& s, const std::function<void(const StepLog&)>& on_step,
            const std::function<void(int64_t, const EvalResult&)>& on_eval) {
   const TrainOptions& o = s.options;
+  const std::unique_ptr<DataParallel> parallel = DataParallel::start(s);  // null for one process
+  const bool writer = !parallel || parallel->rank() == 0;  // logs, validates and writes the run directory
   RunDirectory* run = s.run_dir.get();
-  if (!o.out_dir.empty() && !run) {  // a session built by hand: lock its directory now
+  if (!o.out_dir.empty() && !run && writer) {  // a session built by hand: lock its directory now
     s.run_dir = std::make_shared<RunDirectory>(o.out_dir, s.step > 0 || o.overwrite);
     run = s.run_dir.get();
   }
@@ -296,6 +304,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   }
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
+    if (!writer) return;
     const EvalResult r = evaluate(*s.model, s.vocab, o.tokenization, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       std::ostringstream row;
@@ -318,7 +327,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     StepResult r;
     try {
       if (anomaly) anomaly->set_step(s.step + 1);
-      r = train_step(s, s.batch_for_step(s.step + 1));
+      r = parallel ? parallel->step(s) : train_step(s, s.batch_for_step(s.step + 1));
     } catch (const NonFiniteError& e) {
       if (!run) throw;
       // The parameters of step s.step gave it: if they were saved, they are not a good checkpoint.
@@ -332,18 +341,22 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       r.lr,
                       r.grad_norm,
                       double(r.tokens) / std::max(r.seconds, 1e-9),
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()};
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(),
+                      r.seconds,
+                      r.backward_seconds,
+                      r.allreduce_wait_seconds};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
       std::ostringstream row;
       row << r.step << "," << exact(log.loss) << "," << exact(r.lr) << "," << exact(r.grad_norm) << ","
           << exact(log.tokens_per_second) << ",,,";
       run->append_metrics(row.str());
     }
-    if (on_step) on_step(log);
+    if (on_step && writer) on_step(log);
     if (o.eval_every > 0 && r.step % o.eval_every == 0 && r.step != o.steps) run_eval(r.step);
     if (run && o.save_every > 0 && r.step % o.save_every == 0 && r.step != o.steps)
       write_checkpoint(s, o.out_dir);
   }
+  if (parallel) parallel->check_in_sync(*s.model, "at the end of training");
   run_eval(s.step);
   if (run) write_checkpoint(s, o.out_dir);
 }

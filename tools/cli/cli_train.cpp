@@ -9,6 +9,7 @@
 #include "cli.hpp"
 #include "curves.hpp"
 #include "run_options.hpp"
+#include "tapegrad/distributed.hpp"
 #include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
@@ -33,6 +34,30 @@ void print_eval(const char* prefix, const train::EvalResult& r) {
               r.token_accuracy, r.exact_match, (long long)r.examples);
   for (const auto& s : r.samples) std::printf("    %s\n", s.c_str());
   std::fflush(stdout);
+}
+
+// Runs `train` on every rank of an mpirun launch (or in the only process): rank 0 alone prints; a
+// refusal every rank reaches (CollectiveError, a non-finite loss) exits normally on each, rank 0
+// printing it; any other error stops every rank rather than leave the others waiting for this one.
+int on_every_rank(const Runner& train) {
+  const train::World& w = train::world();
+  if (w.rank > 0) std::freopen("/dev/null", "w", stdout);
+  try {
+    return train();
+  } catch (const train::CollectiveError&) {
+    if (w.rank == 0) throw;
+    return 2;
+  } catch (const NonFiniteError&) {
+    if (w.rank == 0) throw;
+    return 3;
+  } catch (const std::exception& e) {
+    if (w.size == 1) throw;
+    std::fflush(stdout);
+    std::fprintf(stderr, "tapegrad: rank %d of %d: %s; stopping every rank\n", w.rank, w.size, e.what());
+    std::fflush(stderr);
+    train::abort_world(2);
+    throw;
+  }
 }
 
 }  // namespace
@@ -78,7 +103,16 @@ Runner add_train(CLI::App& app) {
   sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
       ->capture_default_str()
       ->check(int_range(1, 1 << 24));
-  return [a, sub, config] {
+  sub->add_option("--bucket-mb", o.bucket_mb,
+                  "Under mpirun: sum gradients across ranks in buckets of this many MiB, each sent as soon as "
+                  "backward has completed it")
+      ->capture_default_str()
+      ->check(finite_range(1.0 / 1024, 65536));
+  sub->add_flag("--deterministic-allreduce", o.deterministic_allreduce,
+                "Under mpirun: gather the gradients and sum them in rank order (identical bits on every run; "
+                "more traffic)");
+  Runner run = [a, sub, config] {
+    const train::World& w = train::world();
     if (!config->empty()) {
       if (!a->o.resume_dir.empty())
         throw Error("--config " + *config +
@@ -89,18 +123,25 @@ Runner add_train(CLI::App& app) {
     train::TrainOptions& o = resolve_run_options(sub, *a);
     train::Session s = train::make_session(o);
     if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
+    if (w.launched) std::printf("%s\n", train::data_parallel_layout(s.options).c_str());
     std::printf("training %s\n", s.describe().c_str());
     std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
                 runtime::active_isa().c_str(), (long long)s.options.steps,
                 (long long)s.options.batch_size,
                 s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
     std::fflush(stdout);
-    const bool tty = stdout_is_tty();
+    // Under mpirun the ranks get a pty even when mpirun's output is a file: log lines, no \r updates.
+    const bool tty = stdout_is_tty() && !w.launched;
     const int64_t first = s.step;
     double tok_rate = 0;
+    double step_seconds = 0, backward_seconds = 0, wait_seconds = 0;  // data-parallel: after the first step
+    int64_t timed_steps = 0;
     train::train(
         s,
         [&](const train::StepLog& l) {
+          if (l.step > first + 1)
+            step_seconds += l.step_seconds, backward_seconds += l.backward_seconds,
+                wait_seconds += l.allreduce_wait_seconds, ++timed_steps;
           tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
           const double per_step = l.seconds / double(l.step - first);
           const double eta = per_step * double(s.options.steps - l.step);
@@ -120,7 +161,13 @@ Runner add_train(CLI::App& app) {
           if (tty) std::printf("\n");
           print_eval(("valid @ step " + std::to_string(step) + ": ").c_str(), r);
         });
-    if (!s.options.out_dir.empty()) {
+    if (w.launched && timed_steps > 0)
+      std::printf("data-parallel: %lld steps after the first, mean %.2f ms per step, of which %.2f ms (%.1f%%) "
+                  "waiting for gradient sums after backward; backward %.2f ms with that wait\n",
+                  (long long)timed_steps, 1e3 * step_seconds / double(timed_steps),
+                  1e3 * wait_seconds / double(timed_steps), 100 * wait_seconds / std::max(step_seconds, 1e-12),
+                  1e3 * backward_seconds / double(timed_steps));
+    if (!s.options.out_dir.empty() && w.rank == 0) {
       const std::string png = s.options.out_dir + "/curves.png";
       plot_curves({read_curves(s.options.out_dir)}, png, PlotOptions{});
     }
@@ -129,6 +176,7 @@ Runner add_train(CLI::App& app) {
                   s.options.out_dir.c_str());
     return 0;
   };
+  return [run] { return on_every_rank(run); };
 }
 
 namespace {
