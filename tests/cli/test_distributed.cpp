@@ -50,15 +50,7 @@ std::string unavailable() {
   } while (0)
 
 // `sh -c CMD`, stdout and stderr together.
-Run shell(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Run shell(const std::string& cmd) { return tapegrad::test::run_command(cmd); }
 
 const std::string kMpirun = "mpirun --allow-run-as-root --oversubscribe ";
 
@@ -150,14 +142,14 @@ TEST_CASE("N ranks train the single-process model: 1 rank bitwise, 2 and 4 withi
     REQUIRE(c1.loss.size() == size_t(kSteps));
     for (const int ranks : {1, 2, 4}) {
       CAPTURE(ranks);
-      const std::string dir = temp_dir("n" + std::to_string(ranks));
+      const std::string dir = temp_dir(std::string("n").append(std::to_string(ranks)));
       const Run r = mpirun(ranks, args + dir);
       INFO(r.out);
       REQUIRE(r.code == 0);
       // The layout line opens rank 0's log, and no other rank printed.
       const int64_t fewest = batch / ranks, most = fewest + (batch % ranks ? 1 : 0);
-      const std::string per_rank =
-          std::to_string(fewest) + (most != fewest ? "-" + std::to_string(most) : "");
+      std::string per_rank = std::to_string(fewest);
+      if (most != fewest) per_rank.append(1, '-').append(std::to_string(most));
       CHECK(r.out.rfind("data-parallel: " + std::to_string(ranks) + (ranks == 1 ? " rank, " : " ranks, ") +
                             per_rank + " sequences per rank per step, buckets of 4 MiB\n",
                         0) == 0);

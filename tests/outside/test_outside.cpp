@@ -13,25 +13,16 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli/process.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using Result = tapegrad::test::Run;  // exit code; stdout and stderr together
 
 // Runs a shell command; its exit code and output.
-Result shell(const std::string& command) {
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result shell(const std::string& command) { return tapegrad::test::run_command(command); }
 
 std::string quoted(const fs::path& p) {
   std::string q = "'";
