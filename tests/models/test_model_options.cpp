@@ -10,37 +10,19 @@
 #include "tapegrad/io.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
+#include "tests/models/model_fixtures.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
 
 namespace {
 
-models::ModelConfig tiny(models::ModelKind kind, int64_t vocab) {
-  models::ModelConfig c;
-  c.kind = kind;
-  c.vocab_size = vocab;
-  c.d_model = 32, c.layers = 1, c.heads = 2, c.d_ff = 64, c.hidden = 48, c.dropout = 0.0, c.max_len = 64;
-  return c;
-}
+using test::temp_dir;
+using test::tiny;
 
-// Quick training on the copy task: a tiny model, one thread, one evaluation at the end.
+// Quick training on the copy task: a tiny model, one thread.
 train::TrainOptions copy_training(const models::ModelConfig& model, int64_t steps) {
-  train::TrainOptions o;
-  o.model = model;
-  o.task = "copy";
-  o.task_options = {3, 6, 5};
-  o.steps = steps, o.batch_size = 32, o.lr = 3e-3, o.warmup = 30, o.schedule = optim::Schedule::cosine;
-  o.valid_size = 200, o.eval_every = 0, o.threads = 1;
-  return o;
-}
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("tapegrad-options-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return test::copy_training(model, {3, 6, 5}, steps, 200);
 }
 
 // A config JSON as version 1 wrote it: no "version", no "tie_embeddings", general scoring as "dot".

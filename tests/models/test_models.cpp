@@ -9,53 +9,19 @@
 #include "tapegrad/io.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
+#include "tests/models/model_fixtures.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
 
 namespace {
 
-models::ModelConfig tiny(models::ModelKind kind, int64_t vocab) {
-  models::ModelConfig c;
-  c.kind = kind;
-  c.vocab_size = vocab;
-  c.d_model = 32;
-  c.layers = 1;
-  c.heads = 2;
-  c.d_ff = 64;
-  c.hidden = 48;
-  c.dropout = 0.0;
-  c.max_len = 64;
-  return c;
-}
-
-// Quick training on the copy task: a tiny model, one thread, no evaluation during training.
-train::TrainOptions copy_training(models::ModelKind kind, data::TaskOptions lengths, int64_t steps,
-                                  int64_t valid_size) {
-  train::TrainOptions o;
-  o.model = tiny(kind, 0);
-  o.task = "copy";
-  o.task_options = lengths;
-  o.steps = steps;
-  o.batch_size = 32;
-  o.lr = 3e-3;
-  o.warmup = 30;
-  o.schedule = optim::Schedule::cosine;
-  o.valid_size = valid_size;
-  o.eval_every = 0;
-  o.threads = 1;
-  return o;
-}
+using test::copy_training;
+using test::temp_dir;
+using test::tiny;
 
 const models::ModelKind kAllKinds[] = {models::ModelKind::rnn, models::ModelKind::attention_rnn,
                                        models::ModelKind::transformer};
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tapegrad-test-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 }  // namespace
 
@@ -85,7 +51,7 @@ TEST_CASE("each model learns copy to high accuracy within seconds", "[models]") 
   for (auto kind : kAllKinds) {
     CAPTURE(models::model_name(kind));
     const train::TrainOptions o =
-        copy_training(kind, {3, 6, 5}, kind == models::ModelKind::transformer ? 300 : 600, 200);
+        copy_training(tiny(kind, 0), {3, 6, 5}, kind == models::ModelKind::transformer ? 300 : 600, 200);
     train::Session s = train::make_session(o);
     train::EvalResult last;
     train::train(s, nullptr, [&](int64_t, const train::EvalResult& r) { last = r; });
@@ -291,7 +257,7 @@ TEST_CASE("checkpoints round-trip bit-exactly and refuse damaged files", "[model
 }
 
 TEST_CASE("beam search finds the trained answer", "[models]") {
-  const train::TrainOptions o = copy_training(models::ModelKind::transformer, {3, 5, 4}, 250, 50);
+  const train::TrainOptions o = copy_training(tiny(models::ModelKind::transformer, 0), {3, 5, 4}, 250, 50);
   train::Session s = train::make_session(o);
   train::train(s, nullptr, nullptr);
   s.model->eval();
