@@ -195,7 +195,7 @@ void train_step(benchmark::State& state, const Workload& w, int threads) {
   const data::Batch batch = fixed_batch(w);
   std::unique_ptr<models::Seq2Seq> model = models::make_model(w.config, 1);
   model->train();
-  optim::Adam opt(model->named_parameters(), 1e-3, 0.9, 0.999, 1e-8, 0.01, /*decoupled=*/true);
+  optim::AdamW opt(model->named_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
   const train::StepRecipe recipe;  // constant lr 1e-3, no clipping, no label smoothing
   double loss = 0;
   int64_t taken = 0;

@@ -1,6 +1,7 @@
 // Example: your own module. A character-level language model, written as a user-defined nn::Module
-// (an embedding, a GRU and a linear head from the library's layers) with its own training loop:
-// Adam, gradient clipping by global norm, and a warm-up + cosine learning-rate schedule.
+// (an embedding, a GRU and a linear head from the library's layers), trained with the library's
+// train_step on its own loss: Adam, gradient clipping by global norm, and a warm-up + cosine
+// learning-rate schedule.
 //
 // It reads text one character at a time and learns to predict the next one. By default the text is
 // the few paragraphs built in below (about 3,800 characters); `--text FILE` trains on any text file
@@ -30,6 +31,7 @@
 #include <tapegrad/nn/rnn.hpp>
 #include <tapegrad/optim.hpp>
 #include <tapegrad/tapegrad.hpp>
+#include <tapegrad/train/step.hpp>
 #include <vector>
 
 using namespace tapegrad;
@@ -230,12 +232,15 @@ int train_and_sample(int argc, char** argv) {
 
   Generator gen(opt.seed);
   CharLM model(vocab.size(), opt.hidden, gen);
-  const auto params = model.named_parameters();
-  std::vector<Tensor> weights;
-  for (const auto& [name, t] : params) weights.push_back(t);
-  optim::Adam optimizer(params, /*lr=*/0.0);  // the schedule sets the rate at every step
-  const double base_lr = 0.01, max_grad_norm = 1.0;
-  const int warmup = std::max(1, opt.steps / 20);
+  optim::Adam optimizer(model.named_parameters(), {.lr = 0.0});  // the recipe sets the rate at every step
+  // Warm up linearly over the first 5% of the steps, then follow a cosine down to a tenth; rescale
+  // the gradients whenever their global norm is above 1.
+  const train::StepRecipe recipe{.lr = 0.01,
+                                 .schedule = optim::Schedule::cosine,
+                                 .warmup = std::max(1, opt.steps / 20),
+                                 .total_steps = opt.steps,
+                                 .clip_norm = 1.0,
+                                 .min_lr_ratio = 0.1};
   std::printf("text: %s, %zu characters (%zu train, %zu held out), %lld distinct\n",
               opt.text_file.empty() ? "built-in" : opt.text_file.c_str(), ids.size(), split,
               ids.size() - split, (long long)vocab.size());
@@ -248,22 +253,23 @@ int train_and_sample(int argc, char** argv) {
   std::printf("step    0  held-out loss %.3f  perplexity %.2f\n", first_held_out, std::exp(first_held_out));
   double last_held_out = first_held_out, first_loss = 0, loss = 0;
   for (int step = 1; step <= opt.steps; ++step) {
-    // Warm up linearly over the first 5% of the steps, then follow a cosine down to a tenth.
-    optimizer.set_lr(optim::learning_rate(optim::Schedule::cosine, base_lr, step, warmup, opt.steps, 0.1));
-    const auto [x, y] = random_batch(ids, 0, split, kBatch, kLen, gen);
-    const Tensor batch_loss = cross_entropy(model.forward(x, gen), y);
-    backward(batch_loss);                                                    // every parameter's .grad
-    const double grad_norm = optim::clip_grad_norm(weights, max_grad_norm);  // rescale if the norm is > 1
-    optimizer.step();
-    optimizer.zero_grad();
-    loss = batch_loss.item();
+    // train_step sets the step's learning rate, calls the loss below (the forward pass), runs
+    // backward (every parameter's .grad), clips, lets Adam update and zeroes the gradients.
+    const train::StepResult r = train::train_step(
+        model, optimizer, recipe,
+        [&] {
+          const auto [x, y] = random_batch(ids, 0, split, kBatch, kLen, gen);
+          return cross_entropy(model.forward(x, gen), y);
+        },
+        step);
+    loss = r.loss;
     if (step == 1) first_loss = loss;
     if (step == 1 || step % 25 == 0 || step == opt.steps) {
       last_held_out = held_out_loss(model, ids, split, ids.size(), kLen, gen);
       std::printf(
           "step %4d  lr %.4f  grad norm %5.2f  train loss %.3f  perplexity %5.2f  |  held-out loss %.3f  "
           "perplexity %5.2f\n",
-          step, optimizer.lr(), grad_norm, loss, std::exp(loss), last_held_out, std::exp(last_held_out));
+          step, r.lr, r.grad_norm, loss, std::exp(loss), last_held_out, std::exp(last_held_out));
       std::fflush(stdout);
     }
   }

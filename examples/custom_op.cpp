@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   const Tensor x = Tensor::from_vector(xs, {256, 1}), target = Tensor::from_vector(ys, {256, 1});
   Generator gen(3);
   SwishMlp model(gen);
-  optim::Adam optimizer(model.named_parameters(), /*lr=*/0.01);
+  optim::Adam optimizer(model.named_parameters(), {.lr = 0.01});
 
   {  // What the tape holds after one forward pass: the custom op sits among the library's ops.
     Tape tape;

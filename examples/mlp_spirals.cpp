@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   Generator gen(42);  // one seed for data and weights: every run prints the same numbers
   const Points train = make_spirals(200, gen), held_out = make_spirals(200, gen);
   Mlp model(gen);
-  optim::Adam optimizer(model.named_parameters(), /*lr=*/0.01);
+  optim::Adam optimizer(model.named_parameters(), {.lr = 0.01});
   std::printf("two spirals: %lld training points, %lld held out; MLP 2-64-64-2 with %lld parameters\n",
               (long long)train.x.size(0), (long long)held_out.x.size(0), (long long)model.parameter_count());
 

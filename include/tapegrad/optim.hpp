@@ -1,23 +1,35 @@
 /// @file
 /// Optimizers (SGD with momentum, Adam, AdamW), gradient clipping by global norm, learning-rate
 /// schedules. Updates run under NoGrad through vectorised kernels (kernels::adam_update).
+///
+/// Every optimizer and clip_grad_norm take one parameter-list type, ParamList (the named parameters
+/// nn::Module::named_parameters() returns), and each optimizer's hyper-parameters come in an options
+/// struct with designated initialisers:
+/// ```
+///   optim::AdamW opt(model.named_parameters(), {.lr = 1e-3, .betas = {0.9, 0.98}, .eps = 1e-9, .weight_decay = 0.01});
+/// ```
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "tapegrad/nn/module.hpp"
 #include "tapegrad/tensor.hpp"
 
 /// Optimizers, clipping and schedules (see optim.hpp).
 namespace tapegrad::optim {
+
+/// Named parameters, in the module's registration order: what optimizers update and clip_grad_norm
+/// scales (the same type as nn::Module::named_parameters()).
+using ParamList = nn::ParamList;
 
 /// An optimizer over named parameters. It holds handles to them (shared storage, not copies) and
 /// updates them in place; its state tensors are allocated at construction.
 class Optimizer {
  public:
   /// Each parameter must be a contiguous floating tensor (Error naming it otherwise); names key the state.
-  explicit Optimizer(std::vector<std::pair<std::string, Tensor>> named_params);
+  explicit Optimizer(ParamList named_params);
   virtual ~Optimizer() = default;
   /// Applies one update with the current learning rate; parameters without a gradient are skipped.
   virtual void step() = 0;
@@ -33,17 +45,24 @@ class Optimizer {
   void set_steps(int64_t s) { steps_ = s; }  ///< Sets the update count (when resuming).
 
  protected:
-  std::vector<std::pair<std::string, Tensor>> params_;  ///< the named parameters, as given
+  ParamList params_;                                    ///< the named parameters, as given
   double lr_ = 1e-3;                                    ///< learning rate of the next step
   int64_t steps_ = 0;                                   ///< updates taken
+};
+
+/// Sgd's hyper-parameters.
+struct SgdOptions {
+  double lr = 1e-3;            ///< learning rate (set_lr changes it later, e.g. by a schedule)
+  double momentum = 0.0;       ///< 0: plain SGD
+  double weight_decay = 0.0;   ///< L2: enters the gradient
 };
 
 /// SGD with momentum and L2 weight decay: v = momentum v + (g + weight_decay w); w -= lr v.
 /// State: `velocity.NAME` per parameter NAME.
 class Sgd : public Optimizer {
  public:
-  /// See the class; momentum 0 is plain SGD.
-  Sgd(std::vector<std::pair<std::string, Tensor>> params, double lr, double momentum = 0.0, double weight_decay = 0.0);
+  /// See the class and SgdOptions.
+  Sgd(ParamList params, const SgdOptions& options);
   void step() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
@@ -53,13 +72,24 @@ class Sgd : public Optimizer {
   std::vector<Tensor> velocity_;
 };
 
-/// Adam (Kingma & Ba) with bias correction; with decoupled = true it is AdamW (Loshchilov & Hutter):
-/// weight decay shrinks the weights directly instead of entering the gradient.
+/// Adam's and AdamW's hyper-parameters (PyTorch's defaults).
+struct AdamOptions {
+  double lr = 1e-3;  ///< learning rate (set_lr changes it later, e.g. by a schedule)
+  /// The decay rates of the first and second moment estimates.
+  struct Betas {
+    double first = 0.9;     ///< of the mean of the gradients
+    double second = 0.999;  ///< of the mean of their squares
+  } betas;                  ///< `{.betas = {0.9, 0.98}}`
+  double eps = 1e-8;            ///< added to the root of the second moment
+  double weight_decay = 0.0;    ///< L2 for Adam (enters the gradient), decoupled for AdamW
+};
+
+/// Adam (Kingma & Ba) with bias correction and L2 weight decay (which enters the gradient).
+/// State: `exp_avg.NAME` and `exp_avg_sq.NAME` per parameter NAME.
 class Adam : public Optimizer {
  public:
-  /// The usual hyper-parameters; `decoupled` selects AdamW's weight decay.
-  Adam(std::vector<std::pair<std::string, Tensor>> params, double lr, double beta1 = 0.9, double beta2 = 0.999,
-       double eps = 1e-8, double weight_decay = 0.0, bool decoupled = false);
+  /// See the class and AdamOptions.
+  Adam(ParamList params, const AdamOptions& options);
   void step() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
   void load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
@@ -68,10 +98,23 @@ class Adam : public Optimizer {
   double beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
   std::vector<Tensor> m_, v_;
+
+ protected:
+  /// AdamW's constructor: the same update with `decoupled` weight decay.
+  Adam(ParamList params, const AdamOptions& options, bool decoupled);
 };
 
-/// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before clipping.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+/// AdamW (Loshchilov & Hutter): Adam whose weight decay shrinks the weights directly instead of
+/// entering the gradient. Same state as Adam, so either resumes the other's file.
+class AdamW : public Adam {
+ public:
+  /// See Adam and AdamOptions; weight_decay is decoupled.
+  AdamW(ParamList params, const AdamOptions& options);
+};
+
+/// Scales all gradients so their global L2 norm is at most max_norm (0: no clipping); returns the norm
+/// before clipping. Parameters without a gradient are skipped.
+double clip_grad_norm(const ParamList& params, double max_norm);
 
 /// Learning-rate schedules: see learning_rate.
 enum class Schedule { constant, inverse_sqrt, cosine };

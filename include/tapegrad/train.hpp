@@ -25,6 +25,7 @@
 #include "tapegrad/io.hpp"
 #include "tapegrad/models/seq2seq.hpp"
 #include "tapegrad/optim.hpp"
+#include "tapegrad/train/step.hpp"
 
 /// Training, evaluation and checkpoints (see train.hpp).
 namespace tapegrad::train {
@@ -136,44 +137,14 @@ struct Session {
 /// model shape then override, such as a larger --steps).
 Session make_session(const TrainOptions& options);
 
-/// What a step needs besides the model, the optimizer and the batch.
-struct StepRecipe {
-  double lr = 1e-3;                                      ///< peak learning rate
-  optim::Schedule schedule = optim::Schedule::constant;  ///< see optim::learning_rate
-  /// The schedule's shape.
-  /// @{
-  int64_t warmup = 0, total_steps = 0;
-  /// @}
-  double clip_norm = 0;        ///< 0: no clipping
-  double label_smoothing = 0;  ///< of the cross-entropy
-  /// The recipe TrainOptions describe.
-  static StepRecipe from(const TrainOptions& options);
-};
+/// The optimizer `options` name (adamw | adam | sgd) over `params`, with their lr, momentum and
+/// weight decay, and the betas (0.9, 0.98) and eps 1e-9 every run uses: what training builds, and
+/// what `tapegrad tape --checkpoint` builds to take the run's next step. Throws Error naming an
+/// unknown optimizer.
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options, optim::ParamList params);
 
-/// What train_step measured.
-struct StepResult {
-  int64_t step = 0;  ///< the 1-based step just taken
-  /// The batch's loss and the step's learning rate.
-  /// @{
-  double loss = 0, lr = 0;
-  /// @}
-  double grad_norm = 0;  ///< global L2 norm before clipping
-  int64_t tokens = 0;    ///< target tokens in the batch
-  double seconds = 0;    ///< wall time of the step, split into:
-  /// Computing the loss; backward.
-  /// @{
-  double forward_seconds = 0, backward_seconds = 0;
-  /// @}
-  double update_seconds = 0;  ///< clipping, the optimizer update and zeroing the gradients
-  /// Data-parallel runs: the part of the step spent after backward waiting for the gradient sums
-  /// (the communication backward did not hide); 0 for one process.
-  double allreduce_wait_seconds = 0;
-};
-
-/// One training step, the only place a step is written: sets the learning rate of `step`, computes
-/// the loss, runs backward, clips, updates and zeroes the gradients. A non-finite loss or gradient
-/// norm throws NonFiniteError (naming the step, the quantity and the first parameter whose gradient
-/// is not finite) before the update, so the parameters stay as they were.
+/// A training step on a seq2seq batch (train/step.hpp's train_step with the loss
+/// model.loss(batch, recipe.label_smoothing)); StepResult::tokens counts the batch's target tokens.
 StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
                       const data::Batch& batch, int64_t step);
 /// The same on a session: takes step session.step + 1 with the session's options and advances it.

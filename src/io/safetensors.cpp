@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -95,9 +96,11 @@ Encoded encode_safetensors(const std::string& path,
     if (!is_valid_utf8(name)) fail(path, which + ": name " + quoted(name) + " is not valid UTF-8");
     if (!t.defined()) fail(path, "tensor " + quoted(name) + " is undefined (a default-constructed Tensor)");
   }
-  for (const auto& [k, v] : metadata)
+  for (const auto& [k, v] : metadata) {
     if (!is_valid_utf8(k) || !is_valid_utf8(v))
       fail(path, "metadata entry " + quoted(k) + ": key and value must be valid UTF-8");
+    if (k == kChecksumKey) fail(path, "metadata entry " + quoted(k) + " is reserved for the file's checksum");
+  }
 
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t(0));
@@ -112,7 +115,8 @@ Encoded encode_safetensors(const std::string& path,
   // The file holds values in logical row-major order, so views are copied out first.
   Encoded out;
   Json header = Json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  Json& meta = header["__metadata__"] = metadata;
+  meta[std::string(kChecksumKey)] = kChecksumPlaceholder;  // the last entry; filled in below
   uint64_t offset = 0;
   for (size_t i : order) {
     const Tensor& t = tensors[i].second;
@@ -131,6 +135,12 @@ Encoded encode_safetensors(const std::string& path,
   for (size_t i = 0; i < kLengthFieldBytes; ++i)
     out.head[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
   out.head += text;
+  // The checksum (io.hpp): CRC-32 of every byte of the file with its own eight digits as zeros.
+  const size_t digits = out.head.find(kChecksumEntryStart) + kChecksumEntryStart.size();
+  uint32_t crc = crc32(0, out.head);
+  for (size_t i = 1; const std::string_view chunk : out.chunks())
+    if (i++ > 1) crc = crc32(crc, chunk);  // chunk 1 is the head
+  out.head.replace(digits, kChecksumPlaceholder.size(), crc32_hex(crc));
   return out;
 }
 
@@ -186,6 +196,29 @@ SafetensorsFile read_safetensors(const std::string& path, std::FILE* file, uint6
 
   SafetensorsFile out;
   out.path = path;
+  // A checksum, when the file has one, covers the bytes read so far and the data read below.
+  std::optional<std::string> stored_crc;
+  if (auto it = h.metadata.find(std::string(kChecksumKey)); it != h.metadata.end()) {
+    stored_crc = it->second;
+    h.metadata.erase(it);
+  }
+  uint32_t crc = 0;
+  if (stored_crc) {
+    const size_t entry = text.find(kChecksumEntryStart);
+    const size_t digits = entry + kChecksumEntryStart.size();
+    const bool hex = stored_crc->size() == 8 &&
+                     std::all_of(stored_crc->begin(), stored_crc->end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (!hex || entry == std::string::npos || text.compare(digits, 9, *stored_crc + "\"") != 0 ||
+        text.find(kChecksumEntryStart, digits) != std::string::npos)
+      fail(path, "metadata " + detail::quoted(std::string(kChecksumKey)) + " is " + detail::quoted(*stored_crc) +
+                     "; expected one entry \"tapegrad.crc32\":\"<8 lowercase hex digits>\" as tapegrad writes it");
+    crc = crc32(0, std::string_view(reinterpret_cast<const char*>(field), kLengthFieldBytes));
+    crc = crc32(crc, std::string_view(text).substr(0, digits));
+    crc = crc32(crc, kChecksumPlaceholder);
+    crc = crc32(crc, std::string_view(text).substr(digits + kChecksumPlaceholder.size()));
+  }
   out.metadata = std::move(h.metadata);
   out.tensors.reserve(h.entries.size());
   for (const Entry& e : h.entries) out.tensors.emplace_back(e.name, Tensor::empty(e.shape, e.dtype));
@@ -199,6 +232,13 @@ SafetensorsFile read_safetensors(const std::string& path, std::FILE* file, uint6
     const Entry& e = h.entries[i];
     read_exact(path, file, bytes_of(out.tensors[i].second), e.end - e.begin, data_start + e.begin,
                "tensor " + quoted(e.name));
+    if (stored_crc) crc = crc32(crc, std::string_view(bytes_of(out.tensors[i].second), size_t(e.end - e.begin)));
+  }
+  if (stored_crc) {
+    if (crc32_hex(crc) != *stored_crc)
+      fail(path, "checksum mismatch: metadata \"tapegrad.crc32\" is " + *stored_crc + " but the file's bytes give " +
+                     crc32_hex(crc) + "; the file changed after it was written (a flipped bit or an edited header)");
+    out.checksummed = true;
   }
   return out;
 }

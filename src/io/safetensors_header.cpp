@@ -4,6 +4,7 @@
 #include "src/io/safetensors_header.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -34,6 +35,32 @@ bool is_valid_utf8(const std::string& s) {
   } catch (const Json::type_error&) {
     return false;
   }
+}
+
+namespace {
+// The byte-at-a-time table of the reflected polynomial; a checkpoint of a few MB takes milliseconds.
+constexpr std::array<uint32_t, 256> kCrcTable = [] {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}();
+}  // namespace
+
+uint32_t crc32(uint32_t crc, std::string_view bytes) {
+  crc = ~crc;
+  for (const char ch : bytes) crc = kCrcTable[(crc ^ uint8_t(ch)) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string crc32_hex(uint32_t crc) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, crc >>= 4) out[size_t(i)] = kDigits[crc & 0xf];
+  return out;
 }
 
 const char* safetensors_dtype(DType d) {

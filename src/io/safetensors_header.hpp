@@ -27,6 +27,18 @@ using Json = nlohmann::ordered_json;
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 constexpr uint64_t kLengthFieldBytes = 8;
 
+// The checksum every file tapegrad writes carries in "__metadata__" (the rule is in io.hpp): the
+// key, and the exact text of its entry, which the reader finds in the raw header.
+constexpr std::string_view kChecksumKey = "tapegrad.crc32";
+constexpr std::string_view kChecksumEntryStart = "\"tapegrad.crc32\":\"";
+constexpr std::string_view kChecksumPlaceholder = "00000000";
+
+// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320: zlib's crc32 and Python's zlib.crc32) of
+// `bytes`, continuing from `crc` (0 to start).
+uint32_t crc32(uint32_t crc, std::string_view bytes);
+// Eight lowercase hex digits.
+std::string crc32_hex(uint32_t crc);
+
 struct Entry {
   std::string name;
   DType dtype = DType::f32;

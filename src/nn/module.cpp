@@ -17,7 +17,7 @@ Tensor Module::register_buffer(Tensor t) {
   return t;
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+void Module::collect(const std::string& prefix, ParamList& out) const {
   for (const auto& [name, t] : params_) {
     t.impl()->name = prefix + name;  // tape dumps show the full path
     out.emplace_back(prefix + name, t);
@@ -25,8 +25,8 @@ void Module::collect(const std::string& prefix, std::vector<std::pair<std::strin
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> out;
+ParamList Module::named_parameters() const {
+  ParamList out;
   collect("", out);
   return out;
 }

@@ -12,7 +12,7 @@ namespace tapegrad::optim {
 
 using detail::visit_float;
 
-Optimizer::Optimizer(std::vector<std::pair<std::string, Tensor>> named_params) : params_(std::move(named_params)) {
+Optimizer::Optimizer(ParamList named_params) : params_(std::move(named_params)) {
   for (const auto& [name, p] : params_)
     if (!p.is_contiguous() || !p.is_floating())
       throw Error("optimizer: parameter " + name + " must be a contiguous floating tensor, got " + p.describe());
@@ -26,14 +26,14 @@ void Optimizer::zero_grad() {
 }
 
 namespace {
-std::vector<Tensor> zeros_like_all(const std::vector<std::pair<std::string, Tensor>>& params) {
+std::vector<Tensor> zeros_like_all(const ParamList& params) {
   std::vector<Tensor> out;
   for (const auto& [name, p] : params) out.push_back(Tensor::zeros(p.shape(), p.dtype()));
   return out;
 }
 
 void load_matching(const std::vector<std::pair<std::string, Tensor>>& state, const std::string& prefix,
-                   const std::vector<std::pair<std::string, Tensor>>& params, std::vector<Tensor>& dst) {
+                   const ParamList& params, std::vector<Tensor>& dst) {
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string key = prefix + params[i].first;
     const Tensor* found = nullptr;
@@ -55,9 +55,9 @@ int64_t read_steps(const std::vector<std::pair<std::string, Tensor>>& state) {
 }
 }  // namespace
 
-Sgd::Sgd(std::vector<std::pair<std::string, Tensor>> params, double lr, double momentum, double weight_decay)
-    : Optimizer(std::move(params)), momentum_(momentum), weight_decay_(weight_decay) {
-  lr_ = lr;
+Sgd::Sgd(ParamList params, const SgdOptions& o)
+    : Optimizer(std::move(params)), momentum_(o.momentum), weight_decay_(o.weight_decay) {
+  lr_ = o.lr;
   velocity_ = zeros_like_all(params_);
 }
 
@@ -92,14 +92,18 @@ void Sgd::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>& 
   steps_ = read_steps(state);
 }
 
-Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, double lr, double beta1, double beta2, double eps,
-           double weight_decay, bool decoupled)
+Adam::Adam(ParamList params, const AdamOptions& o) : Adam(std::move(params), o, /*decoupled=*/false) {}
+
+Adam::Adam(ParamList params, const AdamOptions& o, bool decoupled)
     : Optimizer(std::move(params)),
-      beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay), decoupled_(decoupled) {
-  lr_ = lr;
+      beta1_(o.betas.first), beta2_(o.betas.second), eps_(o.eps), weight_decay_(o.weight_decay),
+      decoupled_(decoupled) {
+  lr_ = o.lr;
   m_ = zeros_like_all(params_);
   v_ = zeros_like_all(params_);
 }
+
+AdamW::AdamW(ParamList params, const AdamOptions& o) : Adam(std::move(params), o, /*decoupled=*/true) {}
 
 void Adam::step() {
   NoGrad no_grad;
@@ -130,10 +134,10 @@ void Adam::load_state_tensors(const std::vector<std::pair<std::string, Tensor>>&
   steps_ = read_steps(state);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double clip_grad_norm(const ParamList& params, double max_norm) {
   NoGrad no_grad;
   double sq = 0;
-  for (const Tensor& p : params) {
+  for (const auto& [name, p] : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     sq += visit_float(g.dtype(), "clip_grad_norm",
@@ -142,7 +146,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
-    for (const Tensor& p : params) {
+    for (const auto& [name, p] : params) {
       const Tensor g = p.grad();
       if (!g.defined()) continue;
       visit_float(g.dtype(), "clip_grad_norm", [&]<class T>() {

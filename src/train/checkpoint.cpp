@@ -16,7 +16,10 @@ namespace tapegrad::train {
 
 namespace {
 
-constexpr const char* kFormat = "tapegrad-checkpoint-1";
+// Format 2 files carry the io layer's checksum (io.hpp) and must; format 1, written before it, has
+// none and still loads (unverified).
+constexpr const char* kFormat = "tapegrad-checkpoint-2";
+constexpr const char* kFormatBeforeChecksum = "tapegrad-checkpoint-1";
 // Position tables (built from max_len, not stored) may take at most this much beyond the file's own
 // parameter bytes, so a small file cannot make the loader allocate much more than its size.
 constexpr int64_t kTableAllowanceBytes = int64_t(64) << 20;
@@ -34,9 +37,15 @@ const std::string& meta(const io::SafetensorsFile& f, const std::string& key) {
 }
 
 void require_format(const io::SafetensorsFile& f) {
-  if (meta(f, "format") != kFormat)
-    throw IoError(f.path + ": unsupported checkpoint format '" + meta(f, "format") + "' (expected " +
-                  kFormat + ")");
+  const std::string& format = meta(f, "format");
+  if (format == kFormatBeforeChecksum) return;
+  if (format != kFormat)
+    throw IoError(f.path + ": unsupported checkpoint format '" + format + "' (expected " + kFormat + " or " +
+                  kFormatBeforeChecksum + ")");
+  if (!f.checksummed)
+    throw IoError(f.path + ": a " + kFormat +
+                  " file carries its checksum (metadata 'tapegrad.crc32'), and this one has none: its header "
+                  "was edited");
 }
 
 // A decimal integer in [0, max], digits only: no sign, space, or leading "0x"; nullopt otherwise.
@@ -179,23 +188,7 @@ void check_model_loadable(const io::SafetensorsFile& f) {
 LoadedModel load_model_file(const io::SafetensorsFile& f) {
   LoadedModel m = parse_model_file(f);
   m.model = models::make_model(m.options.model, m.options.seed);
-  // Names against the model: every parameter present with its shape, nothing unexpected.
-  const auto params = m.model->named_parameters();
-  for (const auto& [name, p] : params) {
-    const Tensor& t = f.get(name);
-    if (t.shape() != p.shape() || t.dtype() != p.dtype())
-      throw IoError(f.path + ": tensor " + name + " is " + t.describe() + ", the model expects " +
-                    p.describe());
-    Tensor dst = p;
-    dst.copy_from(t);
-  }
-  if (f.tensors.size() != params.size()) {
-    for (const auto& [name, t] : f.tensors) {
-      bool known = false;
-      for (const auto& [pn, p] : params) known |= pn == name;
-      if (!known) throw IoError(f.path + ": tensor " + name + " is not a parameter of this model");
-    }
-  }
+  nn::load(*m.model, f);  // every name, dtype and shape against the model, nothing unexpected
   m.model->eval();
   return m;
 }
@@ -238,7 +231,7 @@ std::vector<uint64_t> generator_state(const io::SafetensorsFile& f) {
 
 void write_checkpoint_files(const Session& s, const std::string& dir, const std::function<void()>& between) {
   const std::string step = std::to_string(s.step);
-  io::save_safetensors(dir + "/model.safetensors", s.model->named_parameters(),
+  nn::save(*s.model, dir + "/model.safetensors",
                        {{"format", kFormat},
                         {"step", step},
                         {"config", s.model->config().to_json()},

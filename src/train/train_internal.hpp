@@ -13,7 +13,7 @@ namespace tapegrad::train {
 void restore_training_state(Session& session, const io::SafetensorsFile& state);
 
 // The first of `named` (or of their gradients) holding a NaN or an infinity; "" if none does.
-std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named, bool of_grads);
+std::string first_nonfinite(const optim::ParamList& named, bool of_grads);
 
 // A data file's path made absolute against the working directory (and normalised); "" stays "".
 // Checkpoints store --train/--valid this way, so a run resumes from any working directory.
@@ -38,7 +38,10 @@ class GradientExchange : public TapeObserver {
   virtual double finish_backward() = 0;
 };
 
-// train_step, with `exchange` (when not null) making it one rank's part of a data-parallel step.
+// train_step, with `exchange` (when not null) making it one rank's part of a data-parallel step: the
+// core on any loss, and the seq2seq overload on it.
+StepResult train_step(const optim::ParamList& params, optim::Optimizer& optimizer, const StepRecipe& recipe,
+                      const LossFn& loss, int64_t step, GradientExchange* exchange);
 StepResult train_step(models::Seq2Seq& model, optim::Optimizer& optimizer, const StepRecipe& recipe,
                       const data::Batch& batch, int64_t step, GradientExchange* exchange);
 

@@ -30,16 +30,6 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64();
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const models::Seq2Seq& model) {
-  auto params = model.named_parameters();
-  if (o.optimizer == "adamw")
-    return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, true);
-  if (o.optimizer == "adam")
-    return std::make_unique<optim::Adam>(params, o.lr, 0.9, 0.98, 1e-9, o.weight_decay, false);
-  if (o.optimizer == "sgd") return std::make_unique<optim::Sgd>(params, o.lr, o.momentum, o.weight_decay);
-  throw Error("optimizer: unknown '" + o.optimizer + "' (expected adamw, adam or sgd)");
-}
-
 // The shortest decimal that reads back as the same double: metrics.csv keeps every bit of a figure.
 std::string exact(double v) {
   char buf[32];
@@ -54,6 +44,17 @@ int64_t longest_target(const std::vector<data::Example>& ex) {
 }
 
 }  // namespace
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, optim::ParamList params) {
+  // The Transformer paper's betas and eps, for every run.
+  const optim::AdamOptions adam{.lr = o.lr, .betas = {0.9, 0.98}, .eps = 1e-9, .weight_decay = o.weight_decay};
+  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), adam);
+  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), adam);
+  if (o.optimizer == "sgd")
+    return std::make_unique<optim::Sgd>(std::move(params),
+                                        optim::SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  throw Error("optimizer: unknown '" + o.optimizer + "' (expected adamw, adam or sgd)");
+}
 
 // Data files are kept as absolute paths, so a checkpoint resumes (and a config.json repeats) from
 // any working directory: a relative path means the directory it was given in, which is only known now.
@@ -238,7 +239,7 @@ Session make_session(const TrainOptions& requested_options) {
   } else {
     s.model = models::make_model(o.model, o.seed);
   }
-  s.optimizer = make_optimizer(o, *s.model);
+  s.optimizer = make_optimizer(o, s.model->named_parameters());
   s.options = o;
   s.step = resume_step;
   if (resumed) restore_training_state(s, io::load_safetensors(resumed->optimizer_path));

@@ -34,7 +34,7 @@ TEST_CASE("each model overfits one small batch", "[models]") {
     for (int i = 0; i < 8; ++i) ex.push_back(task->sample(g));
     const data::Batch batch = data::make_batch(ex);
     auto model = models::make_model(tiny(kind, task->vocab().size()), 1);
-    optim::Adam opt(model->named_parameters(), 1e-2);
+    optim::Adam opt(model->named_parameters(), {.lr = 1e-2});
     train::StepRecipe recipe;
     recipe.lr = 1e-2;
     double first = 0, last = 0;

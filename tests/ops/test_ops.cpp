@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "tapegrad/op_checks.hpp"
 #include "tapegrad/tapegrad.hpp"
 
 using namespace tapegrad;

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "cli.hpp"
+#include "tapegrad/op_checks.hpp"
 #include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
 

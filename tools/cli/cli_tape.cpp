@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli.hpp"
 #include "run_options.hpp"
@@ -27,6 +28,7 @@ struct StepSubject {
   std::unique_ptr<optim::Optimizer> optimizer;
   train::StepRecipe recipe;
   data::Batch batch;
+  int64_t step = 1;  // the 1-based step train_step takes (a checkpoint's: the run's next)
   std::string description;
 };
 
@@ -77,10 +79,22 @@ StepSubject checkpoint_subject(const std::string& dir, const std::string& valid,
   subject.recipe = train::StepRecipe::from(m.options);
   subject.recipe.total_steps = std::max<int64_t>(m.step + 1, m.options.steps);
   m.model->train();
-  subject.optimizer = std::make_unique<optim::Adam>(m.model->named_parameters(), m.options.lr);
+  // The run's own optimizer (as training builds it) in the state the run saved, so the step shown
+  // is the run's next step.
+  subject.optimizer = train::make_optimizer(m.options, m.model->named_parameters());
+  const io::SafetensorsFile state = io::load_safetensors(m.optimizer_path);
+  train::check_training_state(state);
+  try {
+    subject.optimizer->load_state_tensors(state.tensors);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(state.path + ": " + e.what());
+  }
+  subject.step = m.step + 1;
   subject.description = std::string(models::model_name(m.model->config().kind)) + " from " + dir + " (step " +
                         std::to_string(m.step) + ") with " + std::to_string(m.model->parameter_count()) +
-                        " parameters";
+                        " parameters, optimizer " + m.options.optimizer;
   subject.model = std::move(m.model);
   return subject;
 }
@@ -153,6 +167,7 @@ Runner add_tape(CLI::App& app) {
     TapeRecorder rec;
     std::string what;
     int64_t params = 0, grads = 0, optimizer_state = 0, peak = 0, before = 0;
+    std::optional<train::StepResult> step;  // a model's step (not the MLP's forward and backward)
     if (run->model == "mlp" && a->checkpoint.empty()) {
       record_mlp(rec);
       what = "a 3-8-2 MLP on 4 examples";
@@ -175,7 +190,7 @@ Runner add_tape(CLI::App& app) {
       {
         TapeRecorder fresh(s.model->buffers());  // constructed here: it measures from the step's start
         ObserveScope watch(fresh);
-        train::train_step(*s.model, *s.optimizer, s.recipe, s.batch, 1);
+        step = train::train_step(*s.model, *s.optimizer, s.recipe, s.batch, s.step);
         rec = std::move(fresh);
       }
       peak = memory::stats().peak_bytes_in_use - before;
@@ -193,6 +208,9 @@ Runner add_tape(CLI::App& app) {
       if (int64_t(rows.size()) > a->top) rows.resize(size_t(a->top));
     }
     std::printf("tape of %s\n", what.c_str());
+    if (step)
+      std::printf("step %lld: loss %.6g, learning rate %.6g, gradient norm %.6g\n", (long long)step->step, step->loss,
+                  step->lr, step->grad_norm);
     print_rows(rows);
     double fwd = 0, bwd = 0;
     for (const TapeRow& r : rec.rows()) fwd += r.forward_us, bwd += r.backward_us;

@@ -16,6 +16,10 @@
 /// Layers built from ops: Module and its subclasses (see nn/module.hpp).
 namespace tapegrad::nn {
 
+/// Named parameters (dotted full names, registration order): what named_parameters() returns and
+/// what optimizers and clipping take (optim::ParamList is this type).
+using ParamList = std::vector<std::pair<std::string, Tensor>>;
+
 /// The base of every layer and model: owns its parameters and buffers, and its sub-modules through
 /// shared pointers (the subclass usually keeps a typed copy of each). Not copyable. A subclass
 /// registers everything in its constructor and adds its own forward().
@@ -27,8 +31,8 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   /// Every parameter below this module, depth first in registration order, with its dotted name.
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
-  /// The same tensors without names (what optimizers and clip_grad_norm take).
+  ParamList named_parameters() const;
+  /// The same tensors without names (for gradient checks and gradient buckets).
   std::vector<Tensor> parameters() const;
   /// Total elements over parameters().
   int64_t parameter_count() const;
@@ -60,8 +64,8 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-  std::vector<std::pair<std::string, Tensor>> params_;
+  void collect(const std::string& prefix, ParamList& out) const;
+  ParamList params_;
   std::vector<Tensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

@@ -45,7 +45,7 @@ int main() {
 
   // A few Adam steps on a linear classifier lower its loss.
   nn::Linear layer(3, 2, gen);
-  optim::Adam adam(layer.named_parameters(), 0.05);
+  optim::Adam adam(layer.named_parameters(), {.lr = 0.05});
   const Tensor inputs = Tensor::randn({8, 3}, gen);
   const Tensor targets = Tensor::from_ids({0, 1, 1, 0, 1, 0, 0, 1}, {8});
   double first = 0, last = 0;
