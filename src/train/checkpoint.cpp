@@ -26,7 +26,10 @@ constexpr int64_t kTableAllowanceBytes = int64_t(64) << 20;
 
 std::string generator_words(const Generator& g) {
   std::string out;
-  for (uint64_t w : g.state()) out += (out.empty() ? "" : ",") + std::to_string(w);
+  for (uint64_t w : g.state()) {
+    if (!out.empty()) out += ',';  // piecewise: GCC 12 gives a false -Wrestrict on "literal" + std::string
+    out += std::to_string(w);
+  }
   return out;
 }
 

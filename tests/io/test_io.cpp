@@ -210,7 +210,9 @@ TEST_CASE("safetensors: the layout on disk, checked byte by byte without our rea
   CHECK(close + 1 + 7 >= header.size());                                 // at most 7 of them
 
   const nlohmann::json h = nlohmann::json::parse(header);
-  CHECK(h["__metadata__"] == nlohmann::json({{"step", "3"}}));
+  CHECK(h["__metadata__"].size() == 2);  // the metadata given and the checksum (test_checksum.cpp)
+  CHECK(h["__metadata__"]["step"] == "3");
+  CHECK(h["__metadata__"].contains("tapegrad.crc32"));
   CHECK(h["a"] == nlohmann::json::parse(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"));
   CHECK(h["b"] == nlohmann::json::parse(R"({"dtype":"I32","shape":[],"data_offsets":[8,12]})"));
   CHECK(h["c"] == nlohmann::json::parse(R"({"dtype":"F64","shape":[0],"data_offsets":[12,12]})"));
@@ -229,7 +231,7 @@ TEST_CASE("safetensors: the layout on disk, checked byte by byte without our rea
       12);
   CHECK(data == want);
 
-  // Optionally, an outside reader: Python's struct and json (skipped when python3 is absent). The
+  // Optionally, an outside reader: Python's struct, json and zlib (skipped when python3 is absent). The
   // system interpreter is preferred: a pyenv shim costs a second per start.
   const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   if (std::system((python + " -c pass >/dev/null 2>&1").c_str()) == 0) {
@@ -239,7 +241,16 @@ import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-assert h.pop("__metadata__") == {"step": "3"}
+meta = h.pop("__metadata__")
+assert meta.pop("step") == "3"
+# The checksum: zlib's CRC-32 of the file with the entry's eight digits as zeros.
+import zlib
+crc = meta.pop("tapegrad.crc32")
+assert meta == {}
+entry = b'"tapegrad.crc32":"'
+at = b.index(entry) + len(entry)
+assert b[at:at + 8] == crc.encode()
+assert "%08x" % zlib.crc32(b[:at] + b"00000000" + b[at + 8:]) == crc
 sizes = {"F32": 4, "F64": 8, "I32": 4}
 cursor = 0
 for name, t in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
