@@ -56,6 +56,17 @@ TEST_CASE("mlp_spirals: the loss falls and the held-out accuracy clears 90%", "[
   CHECK(held_out >= 0.9);
 }
 
+TEST_CASE("mlp_spirals: the model saved with nn::save and loaded into a fresh one gives identical outputs",
+          "[examples]") {
+  const Run r = run_example("mlp_spirals");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const auto [same, total] = two_numbers(line_starting(r.out, "saved and loaded into a fresh model: "),
+                                         "saved and loaded into a fresh model: %lf of %lf held-out logits");
+  CHECK(total == 400 * 2);  // 400 held-out points, 2 logits each
+  CHECK(same == total);
+}
+
 TEST_CASE("char_lm: perplexity falls, then it samples text with word structure", "[examples]") {
   const Run r = run_example("char_lm");
   INFO(r.out);
