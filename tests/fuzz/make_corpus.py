@@ -8,6 +8,10 @@ and a Transformer on a small TSV file with whitespace tokens) and takes from the
 files (safetensors), the model + optimizer pair in the checkpoint target's format (checkpoint, see
 targets.hpp), the stored vocabularies (vocab). The TSV seeds are small files in the formats
 read_tsv accepts. Only needed when a file format changes; the corpus is committed.
+
+Each checkpoint seed also comes as format 1 (written before files carried a checksum): the same pair
+without the "tapegrad.crc32" entry. A mutation of a checksummed seed is refused by the checksum
+before any check behind it runs; the format-1 copies let the fuzzer reach those checks.
 """
 import json
 import os
@@ -34,6 +38,15 @@ def split_safetensors(path):
     return raw, raw[8:8 + n], raw[8 + n:]
 
 
+def without_checksum(header):
+    """The header as format 1: no checksum entry, the old format name."""
+    h = json.loads(header)
+    meta = h["__metadata__"]
+    del meta["tapegrad.crc32"]
+    meta["format"] = "tapegrad-checkpoint-1"
+    return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -47,7 +60,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tapegrad-corpus-")
     tsv = os.path.join(tmp, "pairs.tsv")
     with open(tsv, "w", encoding="utf-8") as f:
-        f.write(TSV_SEEDS["translate.tsv"] + "a dog\tun chien\nthe house\tla maison\n")
+        # Without the seed's comment line: read_tsv refuses a line with no tab.
+        seed = "".join(l for l in TSV_SEEDS["translate.tsv"].splitlines(True) if not l.startswith("#"))
+        f.write(seed + "a dog\tun chien\nthe house\tla maison\n")
     tiny = ["--steps", "2", "--layers", "1", "--batch-size", "4", "--log-every", "1", "--eval-every", "2",
             "--valid-size", "4", "--threads", "1"]
     runs = {
@@ -69,6 +84,8 @@ def main():
         write(os.path.join(corpus, "safetensors"), run + "-optimizer.safetensors", optim)
         if run != "tsv-whitespace":  # its options name a TSV file that will not exist when replayed
             write(os.path.join(corpus, "checkpoint"), run, SEP.join([model_header, model_data, optim_header, optim_data]))
+            write(os.path.join(corpus, "checkpoint"), run + "-format-1",
+                  SEP.join([without_checksum(model_header), model_data, without_checksum(optim_header), optim_data]))
         vocab = json.loads(model_header)["__metadata__"]["vocab"]
         write(os.path.join(corpus, "vocab"), run + ".json", vocab.encode("utf-8"))
     for name, text in TSV_SEEDS.items():
