@@ -275,3 +275,41 @@ TEST_CASE("a padded sequence's final RNN state equals running it alone", "[nn]")
   for (int t = 4; t < 6; ++t)
     for (int i = 0; i < 5; ++i) CHECK(o[size_t((6 + t) * 5 + i)] == 0.0);
 }
+
+namespace {
+// Two linear layers with a tanh between: any module, trained by train_step below.
+struct SmallNet : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  explicit SmallNet(Generator& gen)
+      : a(register_module("a", std::make_shared<nn::Linear>(3, 8, gen))),
+        b(register_module("b", std::make_shared<nn::Linear>(8, 2, gen))) {}
+  Tensor forward(const Tensor& x) const { return b->forward(tanh(a->forward(x))); }
+};
+}  // namespace
+
+TEST_CASE("train_step on any module takes the same steps as the hand-written loop it replaces", "[nn][train]") {
+  Generator data_gen(21);
+  const Tensor x = Tensor::randn({6, 3}, data_gen);
+  const Tensor y = Tensor::from_ids({0, 1, 1, 0, 1, 0}, {6});
+  Generator g1(5), g2(5);
+  SmallNet by_step(g1), by_hand(g2);
+  optim::AdamW opt_step(by_step.named_parameters(), {.lr = 0.0, .weight_decay = 0.1});
+  optim::AdamW opt_hand(by_hand.named_parameters(), {.lr = 0.0, .weight_decay = 0.1});
+  const train::StepRecipe recipe{.lr = 0.05, .schedule = optim::Schedule::cosine, .warmup = 2, .total_steps = 6,
+                                 .clip_norm = 0.5, .min_lr_ratio = 0.1};
+  for (int64_t step = 1; step <= 6; ++step) {
+    const train::StepResult r =
+        train::train_step(by_step, opt_step, recipe, [&] { return cross_entropy(by_step.forward(x), y); }, step);
+    opt_hand.set_lr(optim::learning_rate(optim::Schedule::cosine, 0.05, step, 2, 6, 0.1));
+    const Tensor loss = cross_entropy(by_hand.forward(x), y);
+    backward(loss);
+    const double norm = optim::clip_grad_norm(by_hand.named_parameters(), 0.5);
+    opt_hand.step();
+    opt_hand.zero_grad();
+    CHECK(r.loss == loss.item());
+    CHECK(r.grad_norm == norm);
+    CHECK(r.lr == opt_hand.lr());
+  }
+  const auto p = by_step.named_parameters(), q = by_hand.named_parameters();
+  for (size_t i = 0; i < p.size(); ++i) CHECK(p[i].second.to_vector() == q[i].second.to_vector());
+}
