@@ -79,9 +79,12 @@ struct IntegerField : FieldBase<Get> {
   std::string text(const TrainOptions& o) const override { return std::to_string(R::of(o)); }
   bool parse(TrainOptions& o, const std::string& text) const override {
     T v{};
-    if (text.empty() || text[0] == '+' || (std::is_unsigned_v<T> && text[0] == '-')) return false;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size()) return false;
+    // Digits with an optional sign ("+5" as strtoll reads it); no sign on an unsigned field.
+    const char* begin = text.data() + (text.size() > 1 && text[0] == '+' && std::is_signed_v<T>);
+    const char* end_of_text = text.data() + text.size();
+    if (begin == end_of_text || *begin == '+' || (std::is_unsigned_v<T> && *begin == '-')) return false;
+    const auto [end, ec] = std::from_chars(begin, end_of_text, v);
+    if (ec != std::errc() || end != end_of_text) return false;
     R::of(o) = v;
     return true;
   }
@@ -373,6 +376,8 @@ const std::vector<OptionSpec>& option_table() {
   };
   return table;
 }
+
+#undef TAPEGRAD_FIELD
 
 std::string OptionSpec::value(const TrainOptions& o) const { return field->text(o); }
 
