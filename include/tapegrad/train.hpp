@@ -30,17 +30,19 @@
 /// Training, evaluation and checkpoints (see train.hpp).
 namespace tapegrad::train {
 
-/// Every option of `tapegrad train`, with its defaults; stored in checkpoints as JSON.
+/// Every option of `tapegrad train`, with its defaults; stored in checkpoints as JSON. Each field is
+/// described once, in option_table() (flag, JSON key, range, whether a resume may change it, help),
+/// and named as its flag is ("--clip" is `clip`, stored as "clip").
 struct TrainOptions {
   models::ModelConfig model;       ///< vocab_size is filled from the data
-  std::string task = "reverse";    ///< built-in task, unless train_file is set
-  data::TaskOptions task_options;  ///< the built-in task's lengths and symbols
-  /// TSV
+  std::string task = "reverse";    ///< built-in task, unless train is set
+  data::TaskOptions task_options;  ///< the built-in task's lengths and symbols (--min-len, --max-len, --symbols)
+  /// TSV files: training pairs and held-out pairs (--train, --valid)
   /// @{
-  std::string train_file, valid_file;
+  std::string train, valid;
   /// @}
-  data::Tokenization tokenization = data::Tokenization::chars;  ///< how TSV lines split into tokens
-  double valid_fraction = 0.1;      ///< TSV without valid_file: hold out this fraction
+  data::Tokenization tokens = data::Tokenization::chars;  ///< how TSV lines split into tokens
+  double valid_fraction = 0.1;      ///< TSV without valid: hold out this fraction
   int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
   int64_t batch_size = 64;          ///< sequences per step
   std::string optimizer = "adamw";  ///< adamw | adam | sgd
@@ -49,7 +51,7 @@ struct TrainOptions {
   double weight_decay = 0.01;       ///< decoupled for adamw, L2 for adam and sgd
   optim::Schedule schedule = optim::Schedule::cosine;  ///< anneals to a sharper final model than inverse_sqrt
   int64_t warmup = 200;                                ///< linear warm-up steps of the schedule
-  double clip_norm = 1.0;                              ///< global gradient-norm limit (0: no clipping)
+  double clip = 1.0;                                   ///< global gradient-norm limit (0: no clipping)
   double label_smoothing = 0.0;                        ///< of the cross-entropy, in [0, 1)
   uint64_t seed = 1;            ///< model weights, batches and dropout all follow from it
   int threads = 0;              ///< 0: the default
@@ -58,8 +60,8 @@ struct TrainOptions {
   int64_t log_every = 50;       ///< a log line (and a metrics.csv row) every this many steps
   int64_t save_every = 1000;    ///< also at the end
   int64_t decode_max_len = 0;   ///< 0: longest target in the data + 8
-  std::string out_dir;          ///< empty: no checkpoints or CSV
-  std::string resume_dir;       ///< a checkpoint to continue from (empty: a fresh run)
+  std::string out_dir;          ///< --out: empty: no checkpoints or CSV (not saved)
+  std::string resume_dir;       ///< --resume: a checkpoint to continue from (empty: a fresh run; not saved)
   bool overwrite = false;       ///< out_dir may hold a checkpoint, which this run replaces (not saved)
   bool detect_anomaly = false;  ///< AnomalyMode around every step (not saved)
   /// Data-parallel runs (mpirun): gradients are summed in buckets of this many MiB, each sent as soon
@@ -73,30 +75,83 @@ struct TrainOptions {
   std::set<std::string> given;
 
   /// Throws Error naming the option as the command line spells it and its allowed range, as in
-  /// "--lr nan: expected a finite number above 0". Called before anything is built or written.
+  /// "--lr nan: expected a finite number above 0": every row of option_table(), then the task's
+  /// options and the combinations. Called before anything is built or written.
   void validate() const;
   /// On --resume: throws Error listing every option in `given` whose value differs from `saved`'s
   /// (the checkpoint's), except those that may change on resume (kResumableOptions). --train and
   /// --valid agree when they name the same absolute path.
   void check_resume(const TrainOptions& saved) const;
   /// The options as the JSON object stored in checkpoints and written to `--out/config.json`: every
-  /// field above except out_dir, resume_dir, overwrite, detect_anomaly and given; numbers round-trip
-  /// exactly. `indent` >= 0 pretty-prints with that many spaces per level.
+  /// row of option_table() with a key (not out_dir, resume_dir, overwrite, detect_anomaly, bucket_mb,
+  /// deterministic_allreduce or given), the model as ModelConfig::to_json writes it; numbers
+  /// round-trip exactly. `indent` >= 0 pretty-prints with that many spaces per level.
   std::string to_json(int indent = -1) const;
-  /// Parses to_json's output; every field must be present (a checkpoint's options). Throws Error
-  /// naming the field.
+  /// Parses to_json's output; every field must be present (a checkpoint's options), under its key or
+  /// the key files written before the option table used (OptionSpec::old_key), and within its
+  /// table range. Throws Error naming the field ("field 'batch_size' is 1000000000000; expected an
+  /// integer in [1, 1048576]").
   static TrainOptions from_json(const std::string& json);
   /// Reads a config file (`train --config FILE.json`): to_json's object, or any subset of its keys
-  /// (the missing ones keep their defaults; model.vocab_size is ignored: the data decide it). A key
-  /// unknown to to_json or a value of another JSON type than to_json writes throws Error as one line
-  /// naming the file and the key (`run.json: key 'lr' is "fast"; expected a number`); a value out
-  /// of range throws from_json's or validate()'s Error prefixed with the file; an unreadable file
-  /// throws IoError naming it. When `keys` is given, it receives the keys the file set, nested ones
-  /// as "model.dropout".
+  /// (the missing ones keep their defaults; model.vocab_size is ignored: the data decide it); old
+  /// keys read as their new names. A key unknown to to_json or a value of another JSON type than
+  /// to_json writes throws Error as one line naming the file and the key (`run.json: key 'lr' is
+  /// "fast"; expected a number`); a value out of range throws from_json's or validate()'s Error
+  /// prefixed with the file; an unreadable file throws IoError naming it. When `keys` is given, it
+  /// receives the keys the file set (new names), nested ones as "model.dropout".
   static TrainOptions from_config_file(const std::string& path, std::set<std::string>* keys = nullptr);
 };
 
-/// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`).
+/// How an option's value reads on the command line and in JSON.
+enum class OptionType {
+  integer,  ///< a decimal integer (JSON: an integer)
+  real,     ///< a finite decimal number (JSON: a number)
+  text,     ///< a string, possibly one of named choices (JSON: a string)
+  path,     ///< a file path (JSON: a string); on --resume two spellings of one file agree
+  flag,     ///< a switch, on when given (JSON: true or false)
+};
+
+/// Which commands take an option.
+enum class OptionScope {
+  run,    ///< train, tape and profile: the model, the data and the optimisation
+  train,  ///< train only: how long, checkpoints, logging, data-parallel runs
+};
+
+/// One row of the option table: an option of `tapegrad train` as the command line, validate(), the
+/// JSON of checkpoints and config.json, and the resume comparison all see it. Only the field's
+/// declaration and default (in TrainOptions or the structs nested in it) and its use live elsewhere.
+struct OptionSpec {
+  const char* flag;     ///< as the command line spells it and TrainOptions::given records it: "--clip"
+  const char* key;      ///< JSON key: "clip", nested "model.d_model"; "" when the option is not saved
+  const char* old_key;  ///< the key files written before the option table used ("clip_norm"), or ""
+  OptionType type;      ///< how the value reads
+  OptionScope scope;    ///< which commands take it
+  bool resumable;       ///< a resumed run may give it differently (every option that is not saved)
+  bool show_default;    ///< --help shows the default (false where the help text says it)
+  const char* help;     ///< `train --help`'s text
+
+  /// The field's value as the command line spells it: "0.5" (shortest exact decimal), "on", "chars".
+  std::string value(const TrainOptions& options) const;
+  /// Parses command-line text into the field, then checks its range; throws Error naming the flag,
+  /// the text and the range: "--clip -1: expected a finite number in [0, 1e+30]".
+  void set(TrainOptions& options, const std::string& text) const;
+  /// Throws the Error set() would for the field's present value.
+  void check(const TrainOptions& options) const;
+  /// Copies the field from `from` into `to`.
+  void copy(const TrainOptions& from, TrainOptions& to) const;
+  /// The range as errors say it ("an integer in [1, 1048576]"); "" when any value of the type goes.
+  std::string expected() const;
+
+  struct Field;                        ///< how the field is reached, read and written (options.cpp)
+  std::shared_ptr<const Field> field;  ///< this row's
+};
+
+/// The option table, in `train --help` order: every command-line option of `tapegrad train` but
+/// --config (which names a file of them), with the model's options (ModelConfig's fields) too.
+const std::vector<OptionSpec>& option_table();
+
+/// The options a resumed run may change: "--steps", "--threads", ... (listed in `train --help`);
+/// the table's resumable rows.
 extern const std::vector<std::string> kResumableOptions;
 
 /// What evaluate measured.

@@ -239,7 +239,7 @@ void write_checkpoint_files(const Session& s, const std::string& dir, const std:
                         {"step", step},
                         {"config", s.model->config().to_json()},
                         {"vocab", s.vocab.to_json()},
-                        {"tokenization", data::tokenization_name(s.options.tokenization)},
+                        {"tokenization", data::tokenization_name(s.options.tokens)},
                         {"options", s.options.to_json()}});
   if (between) between();
   io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),

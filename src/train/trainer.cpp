@@ -99,7 +99,7 @@ std::string Session::describe() const {
     os << "task " << task->name() << " (lengths " << options.task_options.min_len << "-"
        << options.task_options.max_len << ")";
   else
-    os << train_examples.size() << " training pairs from " << options.train_file;
+    os << train_examples.size() << " training pairs from " << options.train;
   if (blank_lines) os << " (" << blank_lines << " blank line" << (blank_lines == 1 ? "" : "s") << " skipped)";
   os << ", " << valid_examples.size() << " held out";
   return os.str();
@@ -107,21 +107,15 @@ std::string Session::describe() const {
 
 namespace {
 
-// The options a resumed run takes from the request; everything else comes from the checkpoint. From
-// the command line (`given` non-empty) only those given explicitly; from code, all of them.
+// The options a resumed run takes from the request (the table's resumable rows); everything else
+// comes from the checkpoint. From the command line (`given` non-empty) only those given explicitly
+// and those never saved; from code, all of them.
 TrainOptions resumed_options(const TrainOptions& saved, const TrainOptions& requested) {
   TrainOptions o = saved;
-  auto take = [&](const char* name) { return requested.given.empty() || requested.given.count(name) > 0; };
-  if (take("--steps")) o.steps = requested.steps;
-  if (take("--eval-every")) o.eval_every = requested.eval_every;
-  if (take("--log-every")) o.log_every = requested.log_every;
-  if (take("--save-every")) o.save_every = requested.save_every;
-  if (requested.threads) o.threads = requested.threads;
-  o.out_dir = requested.out_dir.empty() ? requested.resume_dir : requested.out_dir;
-  o.resume_dir = requested.resume_dir;
-  o.overwrite = requested.overwrite;
-  o.detect_anomaly = requested.detect_anomaly;
-  o.bucket_mb = requested.bucket_mb, o.deterministic_allreduce = requested.deterministic_allreduce;
+  for (const OptionSpec& row : option_table())
+    if (row.resumable && (requested.given.empty() || requested.given.count(row.flag) || !*row.key))
+      row.copy(requested, o);
+  if (o.out_dir.empty()) o.out_dir = requested.resume_dir;
   o.given = requested.given;
   return o;
 }
@@ -156,18 +150,18 @@ void check_recorded_file(const std::string& recorded, const std::string& option,
 Session make_session(const TrainOptions& requested_options) {
   requested_options.validate();
   TrainOptions requested = requested_options;
-  requested.train_file = absolute_path(requested.train_file);
-  requested.valid_file = absolute_path(requested.valid_file);
+  requested.train = absolute_path(requested.train);
+  requested.valid = absolute_path(requested.valid);
   Session s;
   TrainOptions o = requested;
   int64_t resume_step = 0;
   std::unique_ptr<LoadedModel> resumed;
   if (!requested.resume_dir.empty()) {
     resumed = std::make_unique<LoadedModel>(load_checkpoint(requested.resume_dir));
-    check_recorded_file(resumed->options.train_file, "--train", requested.resume_dir);
-    check_recorded_file(resumed->options.valid_file, "--valid", requested.resume_dir);
-    resumed->options.train_file = absolute_path(resumed->options.train_file);
-    resumed->options.valid_file = absolute_path(resumed->options.valid_file);
+    check_recorded_file(resumed->options.train, "--train", requested.resume_dir);
+    check_recorded_file(resumed->options.valid, "--valid", requested.resume_dir);
+    resumed->options.train = absolute_path(resumed->options.train);
+    resumed->options.valid = absolute_path(resumed->options.valid);
     requested_options.check_resume(resumed->options);  // the paths as given, in its message
     o = resumed_options(resumed->options, requested);
     if (o.steps < resumed->step)
@@ -177,21 +171,21 @@ Session make_session(const TrainOptions& requested_options) {
     resume_step = resumed->step;
   }
 
-  if (o.train_file.empty()) {
+  if (o.train.empty()) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
-    o.tokenization = s.task->tokenization();
+    o.tokens = s.task->tokenization();
     Generator vg(mix(o.seed ^ kValidStream, 0));
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    const auto train_pairs = data::read_tsv(o.train_file, o.tokenization, &s.blank_lines);
-    check_lengths(train_pairs, o.train_file, o.model.max_len);
+    const auto train_pairs = data::read_tsv(o.train, o.tokens, &s.blank_lines);
+    check_lengths(train_pairs, o.train, o.model.max_len);
     std::vector<data::TextPair> valid_pairs;
     std::vector<data::TextPair> kept = train_pairs;
     size_t n_valid = 0;
-    if (!o.valid_file.empty()) {
-      valid_pairs = data::read_tsv(o.valid_file, o.tokenization, &s.blank_lines);
-      check_lengths(valid_pairs, o.valid_file, o.model.max_len);
+    if (!o.valid.empty()) {
+      valid_pairs = data::read_tsv(o.valid, o.tokens, &s.blank_lines);
+      check_lengths(valid_pairs, o.valid, o.model.max_len);
     } else {
       // Hold out a seeded random fraction of the training file.
       std::vector<size_t> idx(kept.size());
@@ -204,7 +198,7 @@ Session make_session(const TrainOptions& requested_options) {
         (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
     }
     if (kept.empty())
-      throw Error("train: no training pairs left in " + o.train_file + ": its " +
+      throw Error("train: no training pairs left in " + o.train + ": its " +
                   std::to_string(train_pairs.size()) + " pair(s) were all held out by --valid-fraction " +
                   std::to_string(o.valid_fraction) + " (pass --valid FILE or a smaller --valid-fraction)");
     if (resumed) {
@@ -306,7 +300,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
     if (!writer) return;
-    const EvalResult r = evaluate(*s.model, s.vocab, o.tokenization, s.valid_examples, 256, o.decode_max_len);
+    const EvalResult r = evaluate(*s.model, s.vocab, o.tokens, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       std::ostringstream row;
       row << step << ",,,,," << exact(r.loss) << "," << exact(r.token_accuracy) << ","

@@ -262,13 +262,13 @@ TEST_CASE("bad options exit 2 naming the option and its range, before anything i
       {"train --valid-fraction -0.5", "--valid-fraction"},
       {"train --valid-fraction 2", "--valid-fraction"},
       {"train --clip -1", "--clip"},
-      {"train --threads 0", "--threads"},
+      {"train --threads 1025", "--threads"},
       {"train --threads -1", "--threads"},
       {"train --save-every -1", "--save-every"},
       {"train --log-every 0", "--log-every"},
       {"train --log-every -1", "--log-every"},
       {"train --eval-every -1", "--eval-every"},
-      {"train --valid-size 0", "--valid-size"},
+      {"train --valid-size 16777217", "--valid-size"},
       {"train --valid-size -1", "--valid-size"},
       {"train --label-smoothing 1", "--label-smoothing"},
       {"train --dropout 1", "--dropout"},
@@ -414,8 +414,8 @@ TEST_CASE(
   REQUIRE(run_in(dir, "train " + tsv + "--steps 2 --out run").code == 0);
   // Stored absolute: the checkpoint and config.json name the files wherever they are read from.
   const auto saved = train::load_checkpoint(dir + "/run").options;
-  CHECK(fs::path(saved.train_file) == fs::path(dir) / "data/train.tsv");
-  CHECK(fs::path(saved.valid_file) == fs::path(dir) / "data/valid.tsv");
+  CHECK(fs::path(saved.train) == fs::path(dir) / "data/train.tsv");
+  CHECK(fs::path(saved.valid) == fs::path(dir) / "data/valid.tsv");
   const Run resumed = run_in(dir + "/elsewhere", "train --resume ../run --steps 4");
   INFO(resumed.out);
   REQUIRE(resumed.code == 0);
@@ -441,8 +441,8 @@ TEST_CASE(
   fs::copy_file(dir + "/run/latest/optimizer.safetensors", old + "/optimizer.safetensors");
   io::SafetensorsFile model = io::load_safetensors(dir + "/run/latest/model.safetensors");
   auto options = nlohmann::json::parse(model.metadata.at("options"));
-  options["train_file"] = "data/train.tsv";
-  options["valid_file"] = "data/valid.tsv";
+  options["train"] = "data/train.tsv";
+  options["valid"] = "data/valid.tsv";
   model.metadata["options"] = options.dump();
   io::save_safetensors(old + "/model.safetensors", model.tensors, model.metadata);
   const Run relative = run_in(dir + "/elsewhere", "train --resume ../old --steps 6");

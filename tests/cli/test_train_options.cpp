@@ -1,8 +1,12 @@
-// `tapegrad train` model options as a new user meets them: --help says which GELU each activation
-// is, what each attention score computes and what --tie-embeddings ties (and the default); bad
-// values exit 2 naming the option; the choices reach the checkpoint; a resume may not change tying.
+// `tapegrad train` options as a new user meets them: --help says which GELU each activation is,
+// what each attention score computes and what --tie-embeddings ties (and the default); bad values
+// exit 2 naming the option; the choices reach the checkpoint; a resume may not change tying. And the
+// option table behind them: one range per option on the command line, in validate() and for a
+// checkpoint's stored options; flag and key named alike; files written before the table still read.
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "process.hpp"
@@ -110,4 +114,156 @@ TEST_CASE("--resume refuses a different --tie-embeddings; without the flag the c
   CHECK(m.step == 3);
   CHECK(m.options.model.tie_embeddings);
   fs::remove_all(dir);
+}
+
+namespace {
+
+// Written by the build before the option table (see its commit): keys clip_norm, task_min_len,
+// tokenization, train_file, ...; model d_model 8, --clip 0.5, lengths 2-4, 5 symbols, seed 7, step 3.
+const std::string kOldCheckpoint =
+    std::string(TAPEGRAD_SOURCE_DIR) + "/tests/cli/data/checkpoint-before-option-table";
+const std::string kOldOptions =
+    "train --task reverse --min-len 2 --max-len 4 --symbols 5 --d-model 8 --heads 2 --d-ff 16 --layers 1 "
+    "--batch-size 4 --threads 1 --valid-size 4 --eval-every 0 --clip 0.5 --warmup 1 --seed 7 ";
+
+// `dir` with its model.safetensors' stored options changed by `edit`.
+void edit_stored_options(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  io::SafetensorsFile f = io::load_safetensors(dir + "/model.safetensors");
+  nlohmann::json o = nlohmann::json::parse(f.metadata.at("options"));
+  edit(o);
+  f.metadata["options"] = o.dump();
+  fs::remove(dir + "/model.safetensors");
+  io::save_safetensors(dir + "/model.safetensors", f.tensors, f.metadata);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint and config.json written before the option table load, evaluate, resume and "
+          "configure a run under their old keys",
+          "[cli][options]") {
+  const train::LoadedModel m = train::load_checkpoint(kOldCheckpoint);
+  CHECK(m.step == 3);
+  CHECK(m.options.clip == 0.5);
+  CHECK(m.options.task_options.min_len == 2);
+  CHECK(m.options.task_options.max_len == 4);
+  CHECK(m.options.task_options.symbols == 5);
+  CHECK(m.options.tokens == data::Tokenization::chars);
+  CHECK(m.options.train.empty());
+  CHECK(m.options.model.d_model == 8);
+
+  const Run eval = run("eval --checkpoint " + kOldCheckpoint + " --size 4");
+  INFO(eval.out);
+  CHECK(eval.code == 0);
+  CHECK_THAT(eval.out, Catch::Contains("(step 3, transformer)"));
+
+  // Resumed, the old checkpoint continues exactly as one written now with the same options does.
+  const std::string dir = temp_dir("old");
+  REQUIRE(run(kOldOptions + "--steps 3 --out " + dir + "/new").code == 0);
+  const Run old_resumed = run("train --resume " + kOldCheckpoint + " --steps 5 --out " + dir + "/old");
+  const Run new_resumed = run("train --resume " + dir + "/new --steps 5");
+  INFO(old_resumed.out + new_resumed.out);
+  REQUIRE(old_resumed.code == 0);
+  REQUIRE(new_resumed.code == 0);
+  tapegrad::test::require_same_parameters(dir + "/old", dir + "/new");
+  // Its stored options are written back under the new keys.
+  const auto resaved = nlohmann::json::parse(io::load_safetensors(dir + "/old/model.safetensors").metadata.at("options"));
+  CHECK(resaved.at("clip") == 0.5);
+  CHECK(resaved.at("min_len") == 2);
+  CHECK(!resaved.contains("clip_norm"));
+  // A resume giving the old value under the new flag agrees with the checkpoint.
+  CHECK(run("train --resume " + kOldCheckpoint + " --steps 3 --clip 0.5 --min-len 2 --out " + dir + "/same").code == 0);
+
+  // The old config.json repeats the run: the options it names, under the new keys.
+  const Run configured = run("train --config " + kOldCheckpoint + "/config.json --steps 3 --out " + dir + "/config");
+  INFO(configured.out);
+  REQUIRE(configured.code == 0);
+  tapegrad::test::require_same_parameters(dir + "/config", kOldCheckpoint);
+  const train::TrainOptions c = train::TrainOptions::from_config_file(dir + "/config/config.json");
+  CHECK(c.clip == 0.5);
+  CHECK(c.task_options.symbols == 5);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint whose stored options leave the table's range is refused in one line naming "
+          "the file and the field, exit 2, instead of a run that never ends",
+          "[cli][options][errors]") {
+  const std::string dir = temp_dir("stored-range");
+  REQUIRE(run(kTiny + "--steps 1 --out " + dir + "/run").code == 0);
+  const auto [key, value] = GENERATE(table<std::string, int64_t>({
+      {"batch_size", 1000000000000},
+      {"valid_size", 1000000000000},
+      {"min_len", 0},
+      {"log_every", 0},
+  }));
+  CAPTURE(key);
+  const std::string ck = dir + "/" + key;
+  fs::copy(dir + "/run/latest", ck);
+  edit_stored_options(ck, [&, key = key, value = value](nlohmann::json& o) { o[key] = value; });
+  // timeout: before the table, batch_size 10^12 printed "steps of 1000000000000 sequences" and hung.
+  const Run r = tapegrad::test::run_command("timeout 30 " + std::string(TAPEGRAD_BUILD_DIR) +
+                                            "/tools/tapegrad train --resume " + ck + " --steps 3");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::StartsWith("tapegrad: " + ck + "/model.safetensors: metadata 'options': ") &&
+                        Catch::Contains("field '" + key + "' is " + std::to_string(value) + "; expected an integer"));
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  fs::remove_all(ck);
+}
+
+TEST_CASE("every option has one range: the command line and validate() refuse a value just outside "
+          "it with the same message",
+          "[cli][options][errors]") {
+  for (const train::OptionSpec& row : train::option_table()) {
+    if (row.type != train::OptionType::integer && row.type != train::OptionType::real) continue;
+    if (row.expected().find("18446744073709551615") != std::string::npos) continue;  // the seed: any uint64
+    CAPTURE(row.flag);
+    // Below the least value (every range here starts at 0 or above).
+    const std::string below = row.type == train::OptionType::integer ? "-1" : "-0.5";
+    const std::string message = std::string(row.flag) + " " + below + ": expected " + row.expected();
+    train::TrainOptions o;
+    CHECK_NOTHROW(row.check(o));  // the default is in range
+    CHECK_NOTHROW(o.validate());
+    CHECK_THROWS_WITH(row.set(o, below), message);
+    // set() stored the value before refusing it: validate() refuses it the same way.
+    CHECK_THROWS_WITH(o.validate(), message);
+    const Run r = run(kTiny + "--steps 1 " + row.flag + " " + below);
+    CHECK(r.code == 2);
+    CHECK(r.out == "tapegrad: " + message + "\n");
+  }
+  // The ranges that had drifted apart: 0 threads (the default) and 0 held-out examples are valid.
+  train::TrainOptions o;
+  o.threads = 0, o.valid_size = 0;
+  CHECK_NOTHROW(o.validate());
+  o.valid_size = (int64_t(1) << 24) + 1;
+  CHECK_THROWS_WITH(o.validate(), "--valid-size 16777217: expected an integer in [0, 16777216]");
+}
+
+TEST_CASE("the table names each saved option's JSON key as its flag, and lists what a resume may change",
+          "[options]") {
+  std::set<std::string> flags, keys;
+  for (const train::OptionSpec& row : train::option_table()) {
+    CAPTURE(row.flag);
+    CHECK(flags.insert(row.flag).second);
+    CHECK(std::string(row.help).size() > 0);
+    if (!*row.key) {
+      CHECK(row.resumable);  // what is not saved cannot conflict with the checkpoint
+      continue;
+    }
+    CHECK(keys.insert(row.key).second);
+    std::string name = std::string(row.flag).substr(2), key = row.key;
+    std::replace(name.begin(), name.end(), '-', '_');
+    if (key.rfind("model.", 0) == 0) key = key.substr(6);
+    // --pre-ln is stored as the model config names it, as checkpoints always have.
+    if (name != "pre_ln") CHECK(key == name);
+  }
+  CHECK(train::kResumableOptions ==
+        std::vector<std::string>{"--threads", "--steps", "--out", "--resume", "--overwrite", "--detect-anomaly",
+                                 "--eval-every", "--log-every", "--save-every", "--bucket-mb",
+                                 "--deterministic-allreduce"});
+  // Every saved key is what to_json writes, nested ones inside "model".
+  const auto j = nlohmann::json::parse(train::TrainOptions{}.to_json());
+  for (const std::string& key : keys) {
+    CAPTURE(key);
+    CHECK((key.rfind("model.", 0) == 0 ? j.at("model").contains(key.substr(6)) : j.contains(key)));
+  }
 }

@@ -165,7 +165,7 @@ Runner add_attention(CLI::App& app) {
   sub->add_option("input", a->input, "The source line")->required();
   return [a, layer_opt] {
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
-    const data::Tokenization tok = m.options.tokenization;
+    const data::Tokenization tok = m.options.tokens;
     const auto src_tokens = data::tokenize(a->input, tok);
     if (src_tokens.empty()) throw Error("attention: the input is empty");
     const auto src = m.vocab.encode(src_tokens);

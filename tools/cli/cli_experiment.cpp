@@ -8,7 +8,7 @@
 #include "cli.hpp"
 #include "figures.hpp"
 #include "tapegrad/error.hpp"
-#include "tapegrad/experiment.hpp"
+#include "experiments/experiment.hpp"
 #include "tapegrad/runtime.hpp"
 
 namespace tapegrad::cli {

@@ -63,12 +63,12 @@ StepSubject checkpoint_subject(const std::string& dir, const std::string& valid,
   StepSubject subject;
   std::vector<data::Example> ex;
   if (!valid.empty()) {
-    const auto pairs = data::read_tsv(valid, m.options.tokenization);
+    const auto pairs = data::read_tsv(valid, m.options.tokens);
     for (const auto& e : data::encode_pairs(pairs, m.vocab))
       if (int64_t(ex.size()) < batch_size) ex.push_back(e);
   } else {
-    if (!m.options.train_file.empty())
-      throw Error("--checkpoint " + dir + ": trained on " + m.options.train_file + "; pass --valid FILE.tsv");
+    if (!m.options.train.empty())
+      throw Error("--checkpoint " + dir + ": trained on " + m.options.train + "; pass --valid FILE.tsv");
     const auto task = data::make_task(m.options.task, lengths ? *lengths : m.options.task_options);
     if (task->vocab().tokens() != m.vocab.tokens())
       throw Error("--checkpoint " + dir + ": these task lengths give a different vocabulary than the checkpoint's");
@@ -147,7 +147,7 @@ Runner add_tape(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto run = tiny_run_args();
-  run->model = "mlp";
+  auto mlp = std::make_shared<bool>(true);  // --model mlp, the default, is tape's own
   auto* sub = app.add_subcommand(
       "tape",
       "Record one training step (forward, backward) and print its tape: one row per entry with its inputs, "
@@ -155,7 +155,15 @@ Runner add_tape(CLI::App& app) {
       "totals, peak memory and the critical path.\n"
       "Example: tapegrad tape --model transformer --min-len 8 --max-len 8 --dot t.dot");
   add_run_options(sub, *run);
-  sub->get_option("--model")->description("mlp | transformer | attention-rnn | rnn");
+  sub->remove_option(sub->get_option("--model"));
+  sub->add_option_function<std::string>(
+         "--model",
+         [run, mlp](const std::string& name) {
+           *mlp = name == "mlp";
+           if (!*mlp) set_run_option(*run, "--model", name);
+         },
+         "mlp | transformer | attention-rnn | rnn")
+      ->default_str("mlp");
   sub->add_option("--checkpoint", a->checkpoint, "Record a step of this checkpoint on one batch of its task");
   sub->add_option("--dot", a->dot, "Write the graph as Graphviz DOT (dot -Tsvg FILE renders it)");
   sub->add_option("--json", a->json, "Write the rows and totals as JSON");
@@ -163,12 +171,12 @@ Runner add_tape(CLI::App& app) {
   sub->add_option("--top", a->top, "Print only the N rows with the largest --sort key")->check(int_range(1, 1 << 30));
   sub->add_option("--sort", a->sort, "Key of --top: saved | time")->check(CLI::IsMember({"saved", "time"}));
   auto* lengths_given = sub->get_option("--min-len");
-  return [a, run, sub, lengths_given] {
+  return [a, run, mlp, sub, lengths_given] {
     TapeRecorder rec;
     std::string what;
     int64_t params = 0, grads = 0, optimizer_state = 0, peak = 0, before = 0;
     std::optional<train::StepResult> step;  // a model's step (not the MLP's forward and backward)
-    if (run->model == "mlp" && a->checkpoint.empty()) {
+    if (*mlp && a->checkpoint.empty()) {
       record_mlp(rec);
       what = "a 3-8-2 MLP on 4 examples";
     } else {
@@ -177,7 +185,7 @@ Runner add_tape(CLI::App& app) {
         s = fresh_subject(resolve_run_options(sub, *run));
       } else {
         const bool lengths = lengths_given->count() || sub->get_option("--max-len")->count();
-        s = checkpoint_subject(a->checkpoint, run->o.valid_file, run->o.batch_size,
+        s = checkpoint_subject(a->checkpoint, run->o.valid, run->o.batch_size,
                                lengths ? &run->o.task_options : nullptr);
       }
       what = s.description + ", one step on a batch of " + std::to_string(s.batch.batch_size()) + " (source " +

@@ -64,7 +64,6 @@ int on_every_rank(const Runner& train) {
 
 Runner add_train(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  train::TrainOptions& o = a->o;
   std::string resumable;
   for (const auto& n : train::kResumableOptions) resumable += (resumable.empty() ? "" : ", ") + n;
   auto* sub = app.add_subcommand(
@@ -78,39 +77,9 @@ Runner add_train(CLI::App& app) {
                   "writes: all its effective options) or any subset of its keys; options given on the "
                   "command line override the file's (a warmup in the file counts as given with --schedule "
                   "constant). Repeats a run exactly with a new --out");
-  sub->add_option("--steps", o.steps, "Training steps (total, also when resuming)")
-      ->capture_default_str()
-      ->check(int_range(0, int64_t(1) << 40));
-  sub->add_option("--out", o.out_dir, "Directory for checkpoints, metrics.csv, samples.txt and config.json");
-  sub->add_option(
-      "--resume", o.resume_dir,
-      "Continue training from this checkpoint directory, with its options; only " + resumable +
-          " may be given differently (--out DIR continues into DIR, leaving the original as it is)");
-  sub->add_flag("--overwrite", o.overwrite, "Replace the checkpoint already in --out (refused otherwise)");
-  sub->add_flag("--detect-anomaly", o.detect_anomaly,
-                "Check every op's output and every gradient for NaN/Inf; stop at the first, naming the op and "
-                "tape entry (slower)");
-  sub->add_option("--eval-every", o.eval_every, "Validate every N steps (0: only at the end)")
-      ->capture_default_str()
-      ->check(int_range(0, INT64_MAX));
-  sub->add_option("--log-every", o.log_every, "Log a line (and a CSV row) every N steps")
-      ->capture_default_str()
-      ->check(int_range(1, INT64_MAX));
-  sub->add_option("--save-every", o.save_every,
-                  "Checkpoint every N steps (and at the end; 0: only at the end)")
-      ->capture_default_str()
-      ->check(int_range(0, INT64_MAX));
-  sub->add_option("--valid-size", o.valid_size, "Held-out examples of a built-in task")
-      ->capture_default_str()
-      ->check(int_range(1, 1 << 24));
-  sub->add_option("--bucket-mb", o.bucket_mb,
-                  "Under mpirun: sum gradients across ranks in buckets of this many MiB, each sent as soon as "
-                  "backward has completed it")
-      ->capture_default_str()
-      ->check(finite_range(1.0 / 1024, 65536));
-  sub->add_flag("--deterministic-allreduce", o.deterministic_allreduce,
-                "Under mpirun: gather the gradients and sum them in rank order (identical bits on every run; "
-                "more traffic)");
+  add_run_options(sub, *a, train::OptionScope::train);
+  sub->footer("A resumed run (--resume) keeps its checkpoint's options; only " + resumable +
+              " may be given differently.");
   Runner run = [a, sub, config] {
     const train::World& w = train::world();
     if (!config->empty()) {
@@ -186,7 +155,7 @@ std::vector<data::Example> eval_examples(const train::LoadedModel& m, const std:
                                          const data::TaskOptions* task_opts, const std::string& valid_file,
                                          int64_t size, uint64_t seed, data::Tokenization* tok) {
   if (!valid_file.empty()) {
-    *tok = m.options.tokenization;
+    *tok = m.options.tokens;
     return data::encode_pairs(data::read_tsv(valid_file, *tok), m.vocab);
   }
   const data::TaskOptions opts = task_opts ? *task_opts : m.options.task_options;
@@ -246,8 +215,8 @@ Runner add_eval(CLI::App& app) {
     if (mn->count()) opts.min_len = a->task_options.min_len;
     if (mx->count()) opts.max_len = a->task_options.max_len;
     const std::string task = a->task.empty() ? m.options.task : a->task;
-    if (a->valid.empty() && !m.options.train_file.empty() && a->task.empty())
-      throw Error("eval: this checkpoint was trained on " + m.options.train_file + "; pass --valid FILE.tsv");
+    if (a->valid.empty() && !m.options.train.empty() && a->task.empty())
+      throw Error("eval: this checkpoint was trained on " + m.options.train + "; pass --valid FILE.tsv");
     data::Tokenization tok = data::Tokenization::chars;
     const auto ex = eval_examples(m, task, &opts, a->valid, a->size, a->seed, &tok);
     if (ex.empty()) throw Error("eval: no examples to evaluate");
@@ -300,7 +269,7 @@ Runner add_translate(CLI::App& app) {
   return [a] {
     if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
-    const data::Tokenization tok = m.options.tokenization;
+    const data::Tokenization tok = m.options.tokens;
     std::vector<std::string> lines = a->inputs;
     if (lines.empty())
       for (std::string line; std::getline(std::cin, line);) {

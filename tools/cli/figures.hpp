@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tapegrad/experiment.hpp"
+#include "experiments/experiment.hpp"
 
 namespace tapegrad::cli {
 

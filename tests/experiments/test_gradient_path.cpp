@@ -11,8 +11,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "process.hpp"
-#include "tapegrad/experiment.hpp"
+#include "tests/cli/process.hpp"
+#include "experiments/experiment.hpp"
 
 namespace fs = std::filesystem;
 

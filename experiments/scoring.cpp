@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::experiment::detail {
@@ -30,52 +30,7 @@ std::vector<Recipe> sweep_recipes(const Arm& arm) {
   return r;
 }
 
-train::TrainOptions run_options(const models::ModelConfig& model, const std::string& task,
-                                const data::TaskOptions& task_options, int64_t steps, int64_t batch_size,
-                                int64_t warmup, double lr, uint64_t seed, int threads) {
-  train::TrainOptions o;
-  o.model = model;
-  o.task = task;
-  o.task_options = task_options;
-  o.steps = steps;
-  o.batch_size = batch_size;
-  o.lr = lr;
-  o.warmup = std::min<int64_t>(warmup, std::max<int64_t>(steps / 10, 1));
-  o.seed = seed;
-  o.threads = threads;
-  o.valid_size = 0;  // scored by the experiment
-  o.eval_every = 0;
-  o.save_every = 0;
-  return o;
-}
-
-Trained train_logged(const train::TrainOptions& options, const std::string& what, int index, int total,
-                     const Callbacks& cb) {
-  Trained t{train::make_session(options)};
-  if (cb.log)
-    cb.log("[" + std::to_string(index) + "/" + std::to_string(total) + "] " + what + ": " +
-           std::to_string(t.session.model->parameter_count()) + " parameters, " + std::to_string(options.steps) +
-           " steps");
-  // The final loss as the mean of the last steps: one batch's loss alone is noisy.
-  std::vector<double> losses;
-  train::train(
-      t.session,
-      [&](const train::StepLog& l) {
-        losses.push_back(l.loss);
-        t.seconds = l.seconds;
-        if (cb.on_step) cb.on_step({what, index, total, l.step, options.steps, l.loss, l.seconds});
-      },
-      nullptr);
-  const size_t tail = std::min<size_t>(losses.size(), 50);
-  for (size_t i = losses.size() - tail; i < losses.size(); ++i) t.train_loss += losses[i] / double(tail);
-  return t;
-}
-
 namespace {
-
-uint64_t mix(uint64_t a, uint64_t b) {
-  return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64();
-}
 
 bool is_transformer(const Arm& a) {
   return a.model.kind == models::ModelKind::transformer;
@@ -116,8 +71,8 @@ std::vector<train::EvalResult> score_bins(Trained& t, const Arm& arm, const Accu
                   arm.task);
     uint64_t task_id = 0;
     for (char c : arm.task) task_id = task_id * 131 + uint64_t(c);
-    Generator gen(mix(seed ^ uint64_t(split), task_id * 1000 + uint64_t(b)));
-    const auto examples = task->sample_many(gen, setup.eval_examples);
+    // The split is folded into the seed, the bin into the stream.
+    const auto examples = held_out(*task, seed ^ uint64_t(split), task_id * 1000 + uint64_t(b), setup.eval_examples);
     int64_t longest = 0;
     for (const auto& e : examples) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     out.push_back(train::evaluate(*t.session.model, t.session.vocab, task->tokenization(), examples, 256,
@@ -164,6 +119,113 @@ std::vector<Recipe> sweep(const std::vector<Arm>& arms, const AccuracySetup& set
 
 }  // namespace
 
+namespace {
+
+// What an arm's runs leave besides their scores: the train losses over seeds and the parameter count.
+struct ArmRuns {
+  std::vector<double> train_loss;
+  int64_t parameters = 0;
+};
+
+// Trains `arm` once per seed with its recipe, scores each run per bin on the test split, and adds one
+// row per (seed, bin) to report.table.
+ArmRuns run_arm(const Arm& arm, const AccuracySetup& setup, int64_t steps, const std::vector<uint64_t>& seeds,
+                const Options& opts, const Callbacks& cb, Counter& count, Report& report,
+                std::vector<Score>& scores) {
+  ArmRuns runs;
+  const std::string label = arm_label(arm.model);
+  for (uint64_t seed : seeds) {
+    Trained t = train_arm(arm, arm.recipe, seed, setup, steps, opts, cb, count);
+    const auto results = score_bins(t, arm, setup, Split::test, seed);
+    runs.train_loss.push_back(t.train_loss);
+    runs.parameters = t.session.model->parameter_count();
+    std::string line = "    " + label + " on " + arm.task + ":";
+    for (size_t b = 0; b < results.size(); ++b) {
+      const auto& r = results[b];
+      const std::string bin = range_name(setup.bins[b].first, setup.bins[b].second);
+      scores.push_back({arm.task, label, seed, int(b), r.exact_match, r.token_accuracy});
+      report.table.add({report.name, arm.task, label, models::model_name(arm.model.kind),
+                        is_transformer(arm) ? nn::positional_name(arm.model.positional) : "-",
+                        fmt(arm.recipe.lr, 6), is_transformer(arm) ? (arm.recipe.pre_ln ? "pre-LN" : "post-LN") : "-",
+                        range_name(setup.train_task.min_len, setup.train_task.max_len), bin,
+                        std::to_string(steps), std::to_string(seed),
+                        std::to_string(t.session.model->parameter_count()), fmt(t.seconds, 1),
+                        fmt(t.train_loss, 4), std::to_string(r.examples), fmt(r.exact_match),
+                        fmt(r.token_accuracy)});
+      line += "  " + bin + ": exact " + fmt(r.exact_match, 2) + " token " + fmt(r.token_accuracy, 2);
+    }
+    if (cb.log) cb.log(line + "  (" + fmt(t.seconds, 0) + " s)");
+  }
+  return runs;
+}
+
+// The printed table: one row per (task, arm, bin), mean and min-max over the seeds.
+Table aggregate_table(const std::vector<Arm>& arms, const std::vector<ArmRuns>& runs, const AccuracySetup& setup,
+                      size_t seeds, const std::vector<Score>& scores) {
+  Table t{{"task", "arm", "recipe", "eval_lengths", "seeds", "exact_match", "token_accuracy", "train_loss",
+           "parameters"},
+          {}};
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const Arm& arm = arms[a];
+    const std::string label = arm_label(arm.model);
+    for (size_t b = 0; b < setup.bins.size(); ++b)
+      t.add({arm.task, label, arm.recipe.name(is_transformer(arm)),
+             range_name(setup.bins[b].first, setup.bins[b].second), std::to_string(seeds),
+             fmt_spread(exact_match(scores, arm.task, label, int(b))),
+             fmt_spread(token_accuracy(scores, arm.task, label, int(b))), fmt_spread(spread(runs[a].train_loss), 4),
+             std::to_string(runs[a].parameters)});
+  }
+  return t;
+}
+
+// One figure per task: exact match against the bin's middle length, a line per arm, bars min-max.
+std::vector<Figure> accuracy_figures(const std::vector<Arm>& arms, const AccuracySetup& setup, size_t seeds,
+                                     const std::string& experiment, const std::vector<Score>& scores) {
+  std::vector<std::string> tasks;
+  for (const Arm& a : arms)
+    if (std::find(tasks.begin(), tasks.end(), a.task) == tasks.end()) tasks.push_back(a.task);
+  std::vector<Figure> figures;
+  if (setup.bins.size() < 2) return figures;
+  for (const std::string& task : tasks) {
+    Figure f = line_figure(tasks.size() == 1 ? "accuracy.png" : "accuracy-" + task + ".png",
+                           experiment + " on " + task + ": exact match against source length (mean, bars min-max over " +
+                               std::to_string(seeds) + " seed" + (seeds > 1 ? "s" : "") + ")",
+                           "source length (middle of the bin)", "exact match");
+    for (const Arm& arm : arms) {
+      if (arm.task != task) continue;
+      Series s{arm_label(arm.model), {}, {}, {}, {}};
+      for (size_t b = 0; b < setup.bins.size(); ++b) {
+        const Spread em = exact_match(scores, task, s.label, int(b));
+        s.x.push_back(0.5 * (setup.bins[b].first + setup.bins[b].second));
+        s.y.push_back(em.mean);
+        s.y_lo.push_back(em.min);
+        s.y_hi.push_back(em.max);
+      }
+      f.series.push_back(std::move(s));
+    }
+    figures.push_back(std::move(f));
+  }
+  return figures;
+}
+
+// "recipes: rnn-gru lr 0.002; ... (where they come from); warm-up W steps, batch B, S steps for every arm."
+std::string recipes_line(const std::vector<Arm>& arms, const AccuracySetup& setup, int64_t steps, bool swept) {
+  std::string recipes = "recipes:";
+  std::vector<std::string> listed;
+  for (const Arm& arm : arms) {
+    const std::string one = arm_label(arm.model) + " " + arm.recipe.name(is_transformer(arm));
+    if (std::find(listed.begin(), listed.end(), one) != listed.end()) continue;
+    listed.push_back(one);
+    recipes += (listed.size() > 1 ? "; " : " ") + one;
+  }
+  return recipes + " (" + (swept ? std::string("chosen by the sweep below") : setup.recipe_source) +
+         "); warm-up " + std::to_string(std::min<int64_t>(setup.warmup, std::max<int64_t>(steps / 10, 1))) +
+         " steps, batch " + std::to_string(setup.batch_size) + ", " + std::to_string(steps) +
+         " steps for every arm.";
+}
+
+}  // namespace
+
 std::vector<Score> run_accuracy(const std::vector<Arm>& arms_in, const AccuracySetup& setup, const Options& opts,
                                 const Callbacks& cb, Report& report) {
   const int64_t steps = opts.steps > 0 ? opts.steps : setup.steps;
@@ -178,91 +240,12 @@ std::vector<Score> run_accuracy(const std::vector<Arm>& arms_in, const AccuracyS
   }
   report.table.columns = kAccuracyColumns;
   std::vector<Score> scores;
-  struct Extra {
-    std::vector<double> train_loss;
-    int64_t parameters = 0;
-  };
-  std::vector<Extra> extra(arms.size());
-  for (size_t a = 0; a < arms.size(); ++a) {
-    const Arm& arm = arms[a];
-    const std::string label = arm_label(arm.model);
-    for (uint64_t seed : seeds) {
-      Trained t = train_arm(arm, arm.recipe, seed, setup, steps, opts, cb, count);
-      const auto results = score_bins(t, arm, setup, Split::test, seed);
-      extra[a].train_loss.push_back(t.train_loss);
-      extra[a].parameters = t.session.model->parameter_count();
-      std::string line = "    " + label + " on " + arm.task + ":";
-      for (size_t b = 0; b < results.size(); ++b) {
-        const auto& r = results[b];
-        const std::string bin = range_name(setup.bins[b].first, setup.bins[b].second);
-        scores.push_back({arm.task, label, seed, int(b), r.exact_match, r.token_accuracy});
-        report.table.add({report.name, arm.task, label, models::model_name(arm.model.kind),
-                          is_transformer(arm) ? nn::positional_name(arm.model.positional) : "-",
-                          fmt(arm.recipe.lr, 6), is_transformer(arm) ? (arm.recipe.pre_ln ? "pre-LN" : "post-LN") : "-",
-                          range_name(setup.train_task.min_len, setup.train_task.max_len), bin,
-                          std::to_string(steps), std::to_string(seed),
-                          std::to_string(t.session.model->parameter_count()), fmt(t.seconds, 1),
-                          fmt(t.train_loss, 4), std::to_string(r.examples), fmt(r.exact_match),
-                          fmt(r.token_accuracy)});
-        line += "  " + bin + ": exact " + fmt(r.exact_match, 2) + " token " + fmt(r.token_accuracy, 2);
-      }
-      if (cb.log) cb.log(line + "  (" + fmt(t.seconds, 0) + " s)");
-    }
-  }
-
-  // The printed table: one row per (task, arm, bin), mean and min-max over the seeds.
-  report.aggregate = {{"task", "arm", "recipe", "eval_lengths", "seeds", "exact_match", "token_accuracy",
-                       "train_loss", "parameters"},
-                      {}};
-  for (size_t a = 0; a < arms.size(); ++a) {
-    const Arm& arm = arms[a];
-    const std::string label = arm_label(arm.model);
-    for (size_t b = 0; b < setup.bins.size(); ++b)
-      report.aggregate.add({arm.task, label, arm.recipe.name(is_transformer(arm)),
-                            range_name(setup.bins[b].first, setup.bins[b].second), std::to_string(seeds.size()),
-                            fmt_spread(exact_match(scores, arm.task, label, int(b))),
-                            fmt_spread(token_accuracy(scores, arm.task, label, int(b))),
-                            fmt_spread(spread(extra[a].train_loss), 4), std::to_string(extra[a].parameters)});
-  }
-
-  // One figure per task: exact match against the bin's middle length, a line per arm, bars min-max.
-  std::vector<std::string> tasks;
-  for (const Arm& a : arms)
-    if (std::find(tasks.begin(), tasks.end(), a.task) == tasks.end()) tasks.push_back(a.task);
-  if (setup.bins.size() > 1)
-    for (const std::string& task : tasks) {
-      Figure f;
-      f.file = tasks.size() == 1 ? "accuracy.png" : "accuracy-" + task + ".png";
-      f.title = report.name + " on " + task + ": exact match against source length (mean, bars min-max over " +
-                std::to_string(seeds.size()) + " seed" + (seeds.size() > 1 ? "s" : "") + ")";
-      f.x_label = "source length (middle of the bin)";
-      f.y_label = "exact match";
-      for (const Arm& arm : arms) {
-        if (arm.task != task) continue;
-        Series s{arm_label(arm.model), {}, {}, {}, {}};
-        for (size_t b = 0; b < setup.bins.size(); ++b) {
-          const Spread em = exact_match(scores, task, s.label, int(b));
-          s.x.push_back(0.5 * (setup.bins[b].first + setup.bins[b].second));
-          s.y.push_back(em.mean);
-          s.y_lo.push_back(em.min);
-          s.y_hi.push_back(em.max);
-        }
-        f.series.push_back(std::move(s));
-      }
-      report.figures.push_back(std::move(f));
-    }
-  std::string recipes = "recipes:";
-  std::vector<std::string> listed;
-  for (const Arm& arm : arms) {
-    const std::string one = arm_label(arm.model) + " " + arm.recipe.name(is_transformer(arm));
-    if (std::find(listed.begin(), listed.end(), one) != listed.end()) continue;
-    listed.push_back(one);
-    recipes += (listed.size() > 1 ? "; " : " ") + one;
-  }
-  recipes += " (" + (opts.sweep ? std::string("chosen by the sweep below") : setup.recipe_source) + "); warm-up " +
-             std::to_string(std::min<int64_t>(setup.warmup, std::max<int64_t>(steps / 10, 1))) + " steps, batch " +
-             std::to_string(setup.batch_size) + ", " + std::to_string(steps) + " steps for every arm.";
-  report.summary.push_back(recipes);
+  std::vector<ArmRuns> runs;
+  for (const Arm& arm : arms) runs.push_back(run_arm(arm, setup, steps, seeds, opts, cb, count, report, scores));
+  report.aggregate = aggregate_table(arms, runs, setup, seeds.size(), scores);
+  for (Figure& f : accuracy_figures(arms, setup, seeds.size(), report.name, scores))
+    report.figures.push_back(std::move(f));
+  report.summary.push_back(recipes_line(arms, setup, steps, opts.sweep));
   return scores;
 }
 

@@ -5,7 +5,7 @@
 // machine's cores.
 #include <algorithm>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/instruments.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 
 namespace tapegrad::experiment::detail {
 

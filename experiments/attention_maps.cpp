@@ -8,7 +8,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 
@@ -128,14 +128,9 @@ Alignment measure_alignment(models::Seq2Seq& model, const std::vector<data::Exam
   return a;
 }
 
-uint64_t held_out_seed(uint64_t seed) {
-  return Generator(seed * 0x9E3779B97F4A7C15ull ^ 0x6d617073ull).next_u64();  // not the training stream
-}
-
-}  // namespace
-
-Report attention_maps(const Options& opts, const Callbacks& cb) {
-  AccuracySetup setup;  // its batch size, learning rate and warm-up, as the accuracy experiments use
+// The training setup of both arms (the accuracy experiments' batch size, learning rate and warm-up).
+AccuracySetup make_setup(const Options& opts) {
+  AccuracySetup setup;
   if (opts.quick) {
     setup.train_task = {3, 8, 6};
     setup.steps = 300;
@@ -149,12 +144,145 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
     setup.steps = 1000;
     setup.eval_examples = 200;
   }
-  const int64_t steps = opts.steps > 0 ? opts.steps : setup.steps;
-  const std::vector<models::ModelConfig> arms = {
-      transformer_config(nn::PositionalKind::sinusoidal, opts.quick),
-      rnn_config(models::ModelKind::attention_rnn, opts.quick)};
-  const std::string task_name = "reverse";
-  const auto task = data::make_task(task_name, setup.train_task);
+  if (opts.steps > 0) setup.steps = opts.steps;
+  return setup;
+}
+
+// The measurements over seeds, per arm.
+struct Maps {
+  std::vector<std::vector<double>> mass, within_1, argmax, exact;  // [arm][seed]
+  std::vector<std::vector<std::vector<double>>> mass_at;           // [arm][seed][j]
+  Table heads{{"seed", "arm", "map", "head", "mass_on_expected"}, {}};
+  std::vector<double> uniform;  // per seed: the mass uniform attention would put on the expected position
+  explicit Maps(size_t arms) : mass(arms), within_1(arms), argmax(arms), exact(arms), mass_at(arms) {}
+};
+
+// One seed's held-out examples (the same for every arm) and the one drawn as a heatmap: the first of the
+// longest sources (the most positions to tell apart).
+struct HeldOut {
+  std::vector<data::Example> examples;
+  size_t shown = 0;
+  int64_t longest_target = 0;
+};
+
+HeldOut held_out_set(const data::Task& task, uint64_t seed, int64_t count) {
+  HeldOut h{held_out(task, seed, 0x6d617073ull, count)};
+  for (size_t e = 0; e < h.examples.size(); ++e)
+    if (h.examples[e].src.size() > h.examples[h.shown].src.size()) h.shown = e;
+  for (const auto& e : h.examples) h.longest_target = std::max<int64_t>(h.longest_target, int64_t(e.tgt.size()));
+  return h;
+}
+
+// The heatmap of one example's map for an arm.
+Figure heatmap(const models::ModelConfig& arm, uint64_t seed, const Alignment& al, const HeldOut& h,
+               const data::Vocab& vocab) {
+  const std::string label = arm_label(arm);
+  Figure f;
+  f.kind = Figure::Kind::heatmap;
+  f.file = "attention_" + label + ".png";
+  f.title = label +
+            (arm.kind == models::ModelKind::transformer ? ": last decoder layer's cross-attention (heads averaged)"
+                                                        : ": decoder attention") +
+            ", seed " + std::to_string(seed) + ", teacher-forced";
+  f.x_label = "source position";
+  f.y_label = "output position";
+  f.cells = al.example_map;
+  for (int32_t id : h.examples[h.shown].src) f.col_labels.push_back(vocab.token(id));
+  for (int32_t id : h.examples[h.shown].tgt) f.row_labels.push_back(vocab.token(id));
+  f.row_labels.push_back(vocab.token(data::kEos));
+  return f;
+}
+
+// Trains arm `a` with `seed`, measures its alignment on the held-out set, adds its row and (first seed)
+// its heatmap.
+void run_arm(const AccuracySetup& setup, const models::ModelConfig& arm, size_t a, uint64_t seed, bool first_seed,
+             const HeldOut& h, int run, int runs, const Options& opts, const Callbacks& cb, Maps& maps, Report& r) {
+  const std::string task_name = "reverse", label = arm_label(arm);
+  const std::string what = label + " on " + task_name + " (seed " + std::to_string(seed) + ")";
+  Trained t = train_logged(run_options(arm, task_name, setup.train_task, setup.steps, setup.batch_size,
+                                       setup.warmup, Recipe{}.lr, seed, opts.threads),
+                           what, run, runs, cb);
+  train::Session& s = t.session;
+  const train::EvalResult ev = train::evaluate(*s.model, s.vocab, s.task->tokenization(), h.examples, 256,
+                                               h.longest_target + 8, 0);
+  const Alignment al = measure_alignment(*s.model, h.examples, h.shown);
+  maps.mass[a].push_back(al.mass), maps.within_1[a].push_back(al.within_1), maps.argmax[a].push_back(al.argmax),
+      maps.exact[a].push_back(ev.exact_match);
+  maps.mass_at[a].push_back(al.mass_at);
+  for (const auto& [map_name, head, m] : al.head_mass)
+    maps.heads.add({std::to_string(seed), label, map_name, std::to_string(head), fmt(m)});
+  if (a == 0) maps.uniform.push_back(al.uniform);  // the same examples for every arm of this seed
+  r.table.add({r.name, task_name, label, models::model_name(arm.kind),
+               arm.kind == models::ModelKind::transformer ? nn::positional_name(arm.positional) : "-",
+               range_name(setup.train_task.min_len, setup.train_task.max_len), std::to_string(setup.steps),
+               std::to_string(seed), std::to_string(s.model->parameter_count()), fmt(t.seconds, 1),
+               fmt(t.train_loss, 4), std::to_string(ev.examples), fmt(ev.exact_match), fmt(ev.token_accuracy),
+               fmt(al.mass), fmt(al.within_1), fmt(al.previous), fmt(al.next), fmt(al.argmax), fmt(al.uniform)});
+  if (cb.log)
+    cb.log("    " + what + ": exact " + fmt(ev.exact_match, 2) + ", mass on the expected position " + fmt(al.mass, 2) +
+           " (uniform " + fmt(al.uniform, 2) + ")  (" + fmt(t.seconds, 0) + " s)");
+  if (first_seed) r.figures.push_back(heatmap(arm, seed, al, h, s.vocab));
+}
+
+void add_summary(const AccuracySetup& setup, const std::vector<models::ModelConfig>& arms, size_t seeds,
+                 const Maps& maps, Report& r) {
+  r.summary.push_back(
+      "claim: output j of reverse copies source position S-1-j, so a model that solves it by attending puts "
+      "its attention mass there; measured teacher-forced on " +
+      std::to_string(setup.eval_examples) + " held-out examples per seed (lengths " +
+      range_name(setup.train_task.min_len, setup.train_task.max_len) +
+      "), the <eos> step not scored. Uniform attention would put " + fmt_spread(spread(maps.uniform), 2) +
+      " there.");
+  bool all_above = true;
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const Spread m = spread(maps.mass[a]);
+    all_above = all_above && m.min > 0.5;
+    r.summary.push_back(arm_label(arms[a]) + ": mass on the expected source position " + fmt_spread(m, 2) +
+                        ", within one position " + fmt_spread(spread(maps.within_1[a]), 2) +
+                        ", attention argmax on it " + fmt_spread(spread(maps.argmax[a]), 2) + ", exact_match " +
+                        fmt_spread(spread(maps.exact[a]), 2) + " (over " + std::to_string(seeds) + " seed" +
+                        (seeds == 1 ? "" : "s") + ")");
+  }
+  r.summary.push_back(std::string(all_above ? "shown" : "NOT shown at this budget") +
+                      ": both models put more than half of their attention mass on the expected position in every "
+                      "seed (threshold 0.5)");
+  r.sections.push_back(
+      "### Mass on the expected source position, per cross-attention layer and head\n\n"
+      "The same teacher-forced pass, each head of each map over the source scored alone (the summary's "
+      "number averages the last layer's heads first).\n\n" +
+      maps.heads.to_markdown({}));
+}
+
+// Mass on the expected position against the output position, a line per arm (bars min-max over seeds).
+Figure mass_figure(const std::vector<models::ModelConfig>& arms, size_t seeds, const Maps& maps) {
+  Figure f = line_figure("attention_mass.png",
+                         "reverse: attention mass on the expected source position (mean, min-max over seeds)",
+                         "output position j (expected source position S-1-j)", "attention mass");
+  for (size_t a = 0; a < arms.size(); ++a) {
+    Series line{arm_label(arms[a]), {}, {}, {}, {}};
+    size_t positions = 0;
+    for (const auto& per_seed : maps.mass_at[a]) positions = std::max(positions, per_seed.size());
+    for (size_t j = 0; j < positions; ++j) {
+      std::vector<double> values;
+      for (const auto& per_seed : maps.mass_at[a])
+        if (j < per_seed.size()) values.push_back(per_seed[j]);
+      const Spread sp = spread(values);
+      line.x.push_back(double(j));
+      line.y.push_back(sp.mean);
+      if (seeds > 1) line.y_lo.push_back(sp.min), line.y_hi.push_back(sp.max);
+    }
+    f.series.push_back(line);
+  }
+  return f;
+}
+
+}  // namespace
+
+Report attention_maps(const Options& opts, const Callbacks& cb) {
+  const AccuracySetup setup = make_setup(opts);
+  const std::vector<models::ModelConfig> arms = {transformer_config(nn::PositionalKind::sinusoidal, opts.quick),
+                                                 rnn_config(models::ModelKind::attention_rnn, opts.quick)};
+  const auto task = data::make_task("reverse", setup.train_task);
   const std::vector<uint64_t> seeds = seed_list(opts);
   Report r{"attention-maps",
            {kColumns, {}},
@@ -163,135 +291,15 @@ Report attention_maps(const Options& opts, const Callbacks& cb) {
            {},
            {},
            {}};
-  std::vector<std::vector<double>> mass(arms.size()), within_1(arms.size()), argmax(arms.size()),
-      exact(arms.size());
-  std::vector<std::vector<std::vector<double>>> mass_at(arms.size());  // [arm][seed][j]
-  Table heads{{"seed", "arm", "map", "head", "mass_on_expected"}, {}};
-  std::vector<double> uniform;  // per seed: the mass uniform attention would put on the expected position
+  Maps maps(arms.size());
   const int runs = int(arms.size() * seeds.size());
   for (size_t si = 0; si < seeds.size(); ++si) {
-    const uint64_t seed = seeds[si];
-    Generator gen(held_out_seed(seed));
-    const auto examples = task->sample_many(gen, setup.eval_examples);
-    // The heatmap's example: the first of the longest sources (the most positions to tell apart).
-    size_t shown = 0;
-    for (size_t e = 0; e < examples.size(); ++e)
-      if (examples[e].src.size() > examples[shown].src.size()) shown = e;
-    int64_t longest = 0;
-    for (const auto& e : examples) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
-    for (size_t a = 0; a < arms.size(); ++a) {
-      const int run = int(si * arms.size() + a + 1);
-      const std::string label = arm_label(arms[a]);
-      const std::string what = label + " on " + task_name + " (seed " + std::to_string(seed) + ")";
-      Trained t = train_logged(run_options(arms[a], task_name, setup.train_task, steps, setup.batch_size,
-                                           setup.warmup, Recipe{}.lr, seed, opts.threads),
-                               what, run, runs, cb);
-      train::Session& s = t.session;
-      const double train_loss = t.train_loss, seconds = t.seconds;
-
-      const train::EvalResult ev =
-          train::evaluate(*s.model, s.vocab, task->tokenization(), examples, 256, longest + 8, 0);
-      const Alignment al = measure_alignment(*s.model, examples, shown);
-      mass[a].push_back(al.mass), within_1[a].push_back(al.within_1), argmax[a].push_back(al.argmax),
-          exact[a].push_back(ev.exact_match);
-      mass_at[a].push_back(al.mass_at);
-      for (const auto& [map_name, head, m] : al.head_mass)
-        heads.add({std::to_string(seed), label, map_name, std::to_string(head), fmt(m)});
-      if (a == 0) uniform.push_back(al.uniform);  // the same examples for every arm of this seed
-      r.table.add(
-          {r.name,
-           task_name,
-           label,
-           models::model_name(arms[a].kind),
-           arms[a].kind == models::ModelKind::transformer ? nn::positional_name(arms[a].positional) : "-",
-           range_name(setup.train_task.min_len, setup.train_task.max_len),
-           std::to_string(steps),
-           std::to_string(seed),
-           std::to_string(s.model->parameter_count()),
-           fmt(seconds, 1),
-           fmt(train_loss, 4),
-           std::to_string(ev.examples),
-           fmt(ev.exact_match),
-           fmt(ev.token_accuracy),
-           fmt(al.mass),
-           fmt(al.within_1),
-           fmt(al.previous),
-           fmt(al.next),
-           fmt(al.argmax),
-           fmt(al.uniform)});
-      if (cb.log)
-        cb.log("    " + what + ": exact " + fmt(ev.exact_match, 2) + ", mass on the expected position " +
-               fmt(al.mass, 2) + " (uniform " + fmt(al.uniform, 2) + ")  (" + fmt(seconds, 0) + " s)");
-
-      if (si == 0) {
-        Figure f;
-        f.kind = Figure::Kind::heatmap;
-        f.file = "attention_" + label + ".png";
-        f.title = label +
-                  (arms[a].kind == models::ModelKind::transformer
-                       ? ": last decoder layer's cross-attention (heads averaged)"
-                       : ": decoder attention") +
-                  ", seed " + std::to_string(seed) + ", teacher-forced";
-        f.x_label = "source position";
-        f.y_label = "output position";
-        f.cells = al.example_map;
-        for (int32_t id : examples[shown].src) f.col_labels.push_back(s.vocab.token(id));
-        for (int32_t id : examples[shown].tgt) f.row_labels.push_back(s.vocab.token(id));
-        f.row_labels.push_back(s.vocab.token(data::kEos));
-        r.figures.push_back(f);
-      }
-    }
+    const HeldOut h = held_out_set(*task, seeds[si], setup.eval_examples);
+    for (size_t a = 0; a < arms.size(); ++a)
+      run_arm(setup, arms[a], a, seeds[si], si == 0, h, int(si * arms.size() + a + 1), runs, opts, cb, maps, r);
   }
-
-  r.summary.push_back(
-      "claim: output j of reverse copies source position S-1-j, so a model that solves it by attending puts "
-      "its attention mass there; measured teacher-forced on " +
-      std::to_string(setup.eval_examples) + " held-out examples per seed (lengths " +
-      range_name(setup.train_task.min_len, setup.train_task.max_len) +
-      "), the <eos> step not scored. Uniform attention would put " + fmt_spread(spread(uniform), 2) +
-      " there.");
-  bool all_above = true;
-  for (size_t a = 0; a < arms.size(); ++a) {
-    const Spread m = spread(mass[a]);
-    all_above = all_above && m.min > 0.5;
-    r.summary.push_back(arm_label(arms[a]) + ": mass on the expected source position " + fmt_spread(m, 2) +
-                        ", within one position " + fmt_spread(spread(within_1[a]), 2) +
-                        ", attention argmax on it " + fmt_spread(spread(argmax[a]), 2) + ", exact_match " +
-                        fmt_spread(spread(exact[a]), 2) + " (over " + std::to_string(seeds.size()) + " seed" +
-                        (seeds.size() == 1 ? "" : "s") + ")");
-  }
-  r.summary.push_back(
-      std::string(all_above ? "shown" : "NOT shown at this budget") +
-      ": both models put more than half of their attention mass on the expected position in every "
-      "seed (threshold 0.5)");
-
-  r.sections.push_back(
-      "### Mass on the expected source position, per cross-attention layer and head\n\n"
-      "The same teacher-forced pass, each head of each map over the source scored alone (the summary's "
-      "number averages the last layer's heads first).\n\n" +
-      heads.to_markdown({}));
-
-  Figure f;
-  f.file = "attention_mass.png";
-  f.title = "reverse: attention mass on the expected source position (mean, min-max over seeds)";
-  f.x_label = "output position j (expected source position S-1-j)";
-  f.y_label = "attention mass";
-  for (size_t a = 0; a < arms.size(); ++a) {
-    Series line{arm_label(arms[a]), {}, {}, {}, {}};
-    size_t positions = 0;
-    for (const auto& per_seed : mass_at[a]) positions = std::max(positions, per_seed.size());
-    for (size_t j = 0; j < positions; ++j) {
-      std::vector<double> values;
-      for (const auto& per_seed : mass_at[a])
-        if (j < per_seed.size()) values.push_back(per_seed[j]);
-      const Spread sp = spread(values);
-      line.x.push_back(double(j));
-      line.y.push_back(sp.mean);
-      if (seeds.size() > 1) line.y_lo.push_back(sp.min), line.y_hi.push_back(sp.max);
-    }
-    f.series.push_back(line);
-  }
-  r.figures.push_back(f);
+  add_summary(setup, arms, seeds.size(), maps, r);
+  r.figures.push_back(mass_figure(arms, seeds.size(), maps));
   return r;
 }
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/tapegrad.hpp"
 
 using namespace tapegrad;

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <numeric>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/error.hpp"
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "process.hpp"
+#include "tests/cli/process.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::experiment {
@@ -27,13 +27,6 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw IoError(path + ": cannot open for writing");
   f << text;
   if (!f.flush()) throw IoError(path + ": write failed");
-}
-
-std::vector<uint64_t> seed_list(const Options& opts) {
-  const int n = opts.seeds > 0 ? opts.seeds : (opts.quick ? 1 : 3);
-  std::vector<uint64_t> seeds;
-  for (int i = 0; i < n; ++i) seeds.push_back(opts.seed + uint64_t(i));
-  return seeds;
 }
 
 Spread spread(const std::vector<double>& values) {

@@ -1,9 +1,11 @@
-// Shared by the files of src/train/experiments (not part of the public API): the model sizes every
-// experiment uses, the accuracy runner and its summaries, and the cell formatting.
+// Shared by the files of experiments/ (the research harness, beside the library and not installed): the
+// harness every experiment runs on, the model sizes, the accuracy runner and its summaries, and the cell
+// formatting.
 //
+//   harness.cpp   one of each: an arm's training options, a logged training run, seeds, held-out examples
 //   registry.cpp  the list of experiments, their descriptions, validate, run (and the out_dir files)
 //   accuracy.cpp  bottleneck, long-range, positional: their arms, bins, budgets and summary lines
-//   scoring.cpp   training each arm (train::train) and scoring it by greedy decoding per length bin
+//   scoring.cpp   training each arm of an accuracy experiment and scoring it by greedy decoding per bin
 //   timing.cpp    parallelism: timed training steps per length and thread count, beside the tape's shape
 //   gradient_path.cpp  gradient-path: d log p(y_j) / d(source embedding) against distance; critical paths
 //   tape_shape.cpp the shape of one training step's tape: entries, critical path, work, parallel width
@@ -17,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "tapegrad/experiment.hpp"
+#include "experiments/experiment.hpp"
 #include "tapegrad/train.hpp"
 
 namespace tapegrad::experiment::detail {
@@ -33,10 +35,7 @@ inline std::string fmt_sig(double v, int digits = 4) {
 std::string range_name(int lo, int hi);
 void write_file(const std::string& path, const std::string& text);
 
-// ---- seeds and spread (report.cpp) ----------------------------------------------------------------
-// The seeds every arm runs with: opts.seed, opts.seed + 1, ... (opts.seeds of them; by default 3, or 1
-// under --quick).
-std::vector<uint64_t> seed_list(const Options& opts);
+// ---- spread over seeds (report.cpp) ---------------------------------------------------------------
 struct Spread {
   double mean = 0, min = 0, max = 0;
 };
@@ -59,7 +58,7 @@ models::ModelConfig rnn_config(models::ModelKind kind, bool quick);
 models::ModelConfig transformer_config(nn::PositionalKind positional, bool quick);
 std::string arm_label(const models::ModelConfig& c);
 
-// ---- one training run (scoring.cpp), shared by every experiment that trains ------------------------
+// ---- the harness (harness.cpp): one of each, shared by every experiment ---------------------------
 // The options every experiment's runs share: train::TrainOptions' optimizer defaults (AdamW, cosine,
 // clipping), warm-up min(warmup, steps / 10), no validation, evaluation or checkpoints.
 train::TrainOptions run_options(const models::ModelConfig& model, const std::string& task,
@@ -69,10 +68,22 @@ struct Trained {
   train::Session session;
   double train_loss = 0, seconds = 0;  // train_loss: the mean of the last 50 steps' losses
 };
-// Builds the session and trains it, logging "[index/total] what: N parameters, S steps" and reporting
-// progress through cb.on_step.
+// Builds the session and logs "[index/total] what: N parameters, S steps".
+train::Session start_run(const train::TrainOptions& options, const std::string& what, int index, int total,
+                         const Callbacks& cb);
+// Trains t.session to its options' step count, reporting progress through cb.on_step; sets train_loss and
+// seconds.
+void train_run(Trained& t, const std::string& what, int index, int total, const Callbacks& cb);
+// start_run, then train_run.
 Trained train_logged(const train::TrainOptions& options, const std::string& what, int index, int total,
                      const Callbacks& cb);
+// The seeds every arm runs with: opts.seed, opts.seed + 1, ... (opts.seeds of them; by default 3, or 1
+// under --quick).
+std::vector<uint64_t> seed_list(const Options& opts);
+// `count` examples of `task` never seen in training, drawn from a generator of their own derived from
+// (seed, stream): the same seed, task and stream give every arm the same examples; another stream gives
+// another set (a validation split apart from the test split, one set per length bin).
+std::vector<data::Example> held_out(const data::Task& task, uint64_t seed, uint64_t stream, int64_t count);
 
 // ---- accuracy runs (scoring.cpp) ------------------------------------------------------------------
 // How an arm trains: the knobs the recipe sweep varies (everything else is shared by every arm).

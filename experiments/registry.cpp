@@ -4,7 +4,7 @@
 // a --quick run seconds.
 #include <filesystem>
 
-#include "src/train/experiments/experiments_internal.hpp"
+#include "experiments/harness.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::experiment {
