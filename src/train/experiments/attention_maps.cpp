@@ -129,7 +129,7 @@ Alignment measure_alignment(models::Seq2Seq& model, const std::vector<data::Exam
 }
 
 uint64_t held_out_seed(uint64_t seed) {
-  return Generator(seed * 0x9E3779B97F4A7C15ull ^ 0x6d617073ull).next_u64();  // not the training stream
+  return Generator::derive_seed(seed, 0x6d617073ull);  // not the training stream
 }
 
 }  // namespace

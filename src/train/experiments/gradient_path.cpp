@@ -197,7 +197,7 @@ Report gradient_path(const Options& opts, const Callbacks& cb) {
       const auto task = data::make_task("reverse", {S, S, train_task.symbols});
       if (task->vocab().tokens() != s.vocab.tokens())
         throw Error("experiment gradient-path: length " + std::to_string(S) + " changes the vocabulary");
-      Generator gen(seed * 0x9E3779B97F4A7C15ull ^ 0x67726164ull);
+      Generator gen = Generator::derive(seed, 0x67726164ull);
       const auto held_out = task->sample_many(gen, examples);
       // Measured before training (steps 0: the gradient paths the architecture starts with) and after.
       auto measure = [&](int64_t steps_done, std::vector<std::vector<std::vector<double>>>& norm_curves,

@@ -73,10 +73,6 @@ Trained train_logged(const train::TrainOptions& options, const std::string& what
 
 namespace {
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64();
-}
-
 bool is_transformer(const Arm& a) {
   return a.model.kind == models::ModelKind::transformer;
 }
@@ -116,7 +112,7 @@ std::vector<train::EvalResult> score_bins(Trained& t, const Arm& arm, const Accu
                   arm.task);
     uint64_t task_id = 0;
     for (char c : arm.task) task_id = task_id * 131 + uint64_t(c);
-    Generator gen(mix(seed ^ uint64_t(split), task_id * 1000 + uint64_t(b)));
+    Generator gen = Generator::derive(seed ^ uint64_t(split), task_id * 1000 + uint64_t(b));
     const auto examples = task->sample_many(gen, setup.eval_examples);
     int64_t longest = 0;
     for (const auto& e : examples) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
