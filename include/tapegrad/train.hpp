@@ -230,13 +230,14 @@ struct CheckpointExampleSource {
 /// Examples for a checkpoint, as ids of its vocabulary, and the tokenisation they were read in.
 struct CheckpointExamples {
   std::vector<data::Example> examples;  ///< Every TSV pair, or `count` task samples.
-  data::Tokenization tokenization = data::Tokenization::chars;  ///< The TSV's (the checkpoint's) or the task's.
+  /// The TSV's (the checkpoint's) or the task's.
+  data::Tokenization tokenization = data::Tokenization::chars;
 };
-/// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary (unknown
-/// tokens become <unk>), or `count` samples of the task from Generator(seed). Throws Error, starting with
-/// `what`, when a checkpoint trained on a TSV file is given neither a TSV nor a task, or when the task
-/// with these options has another vocabulary than the checkpoint (its ids would mean other tokens); and
-/// what read_tsv and make_task throw.
+/// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary
+/// (unknown tokens become data::kUnk), or `count` samples of the task from Generator(seed). Throws
+/// Error, starting with `what`, when a checkpoint trained on a TSV file is given neither a TSV nor a
+/// task, or when the task with these options has another vocabulary than the checkpoint (its ids would
+/// mean other tokens); and what read_tsv and make_task throw.
 CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const CheckpointExampleSource& source,
                                            const std::string& what);
 

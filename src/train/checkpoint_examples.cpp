@@ -15,12 +15,15 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     return out;
   }
   if (source.task.empty() && !m.options.train_file.empty())
-    throw Error(what + ": this checkpoint was trained on " + m.options.train_file + "; pass --valid FILE.tsv");
+    throw Error(what + ": this checkpoint was trained on " + m.options.train_file +
+                "; pass --valid FILE.tsv");
   const std::string name = source.task.empty() ? m.options.task : source.task;
-  const auto task = data::make_task(name, source.task_options ? *source.task_options : m.options.task_options);
+  const auto task =
+      data::make_task(name, source.task_options ? *source.task_options : m.options.task_options);
   // The same ids must mean the same tokens as in training.
   if (task->vocab().tokens() != m.vocab.tokens())
-    throw Error(what + ": task '" + name + "' with these options has a different vocabulary than the checkpoint");
+    throw Error(what + ": task '" + name +
+                "' with these options has a different vocabulary than the checkpoint");
   out.tokenization = task->tokenization();
   Generator gen(source.seed);
   out.examples = task->sample_many(gen, source.count);

@@ -119,7 +119,8 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw IoError(path + ": cannot open (not a run directory?)");
   std::string line;
-  if (!std::getline(in, line)) throw IoError(path + ":1: empty file, expected the header '" + metrics_header() + "'");
+  if (!std::getline(in, line))
+    throw IoError(path + ":1: empty file, expected the header '" + metrics_header() + "'");
   const MetricsColumns columns(line, path + ":1");
   std::vector<MetricsRow> rows;
   for (int64_t lineno = 2; std::getline(in, line); ++lineno)
