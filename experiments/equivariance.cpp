@@ -106,9 +106,7 @@ std::vector<EquivarianceRow> permutation_equivariance(const std::vector<uint64_t
       const std::vector<int32_t> src = task->sample(gen).src;
       std::vector<int64_t> perm(static_cast<size_t>(length));
       std::iota(perm.begin(), perm.end(), 0);
-      while (std::is_sorted(perm.begin(), perm.end()))  // Fisher-Yates, redrawn if it left every position
-        for (int64_t i = length - 1; i > 0; --i)
-          std::swap(perm[size_t(i)], perm[size_t(gen.next_u64() % uint64_t(i + 1))]);
+      while (std::is_sorted(perm.begin(), perm.end())) gen.shuffle(perm);  // redrawn if it moved nothing
 
       config.vocab_size = task->vocab().size();
       auto model = models::make_model(config, seed);

@@ -70,7 +70,7 @@ std::vector<uint64_t> seed_list(const Options& opts) {
 
 std::vector<data::Example> held_out(const data::Task& task, uint64_t seed, uint64_t stream, int64_t count) {
   // A generator of its own: training batches come from the run's generator, seeded by (seed, step).
-  Generator gen(Generator(seed * 0x9E3779B97F4A7C15ull ^ stream).next_u64());
+  Generator gen = Generator::derive(seed, stream);
   return task.sample_many(gen, count);
 }
 

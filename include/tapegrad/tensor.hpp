@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/error.hpp"
@@ -65,6 +67,47 @@ class Generator {
   uint64_t next_u64();
   double uniform();  ///< uniform in [0, 1)
   double normal();   ///< standard normal (Box-Muller, no cached spare: state is just the four words)
+  /// Uniform integer in [lo, hi]; throws Error if lo > hi. Unbiased: a draw at or above the largest
+  /// multiple of the range is rejected and redrawn, so every value is equally likely. Not
+  /// std::uniform_int_distribution, whose algorithm is implementation-defined: the same seed gives the
+  /// same numbers with any standard library. Draws at least one number, even when lo == hi.
+  int64_t uniform_int(int64_t lo, int64_t hi);
+
+  /// Puts a uniform random permutation of `items` in place (Fisher-Yates on uniform_int, so no modulo
+  /// bias): shuffle_prefix over all but the last place, which is then determined.
+  template <class T>
+  void shuffle(std::span<T> items) {
+    if (items.size() > 1) shuffle_prefix(items, items.size() - 1);
+  }
+  /// shuffle on a vector.
+  template <class T>
+  void shuffle(std::vector<T>& items) {
+    shuffle(std::span<T>(items));
+  }
+  /// The first `count` steps of Fisher-Yates: places 0 .. count-1 get a uniform random sample of
+  /// `items` without replacement, in random order (the rest is what is left over). Draws exactly one
+  /// uniform_int per place, in order; throws Error if count exceeds the size.
+  template <class T>
+  void shuffle_prefix(std::span<T> items, size_t count) {
+    if (count > items.size())
+      throw Error("Generator::shuffle_prefix: count " + std::to_string(count) + " exceeds the " +
+                  std::to_string(items.size()) + " items");
+    const int64_t last = int64_t(items.size()) - 1;
+    for (size_t i = 0; i < count; ++i) std::swap(items[i], items[size_t(uniform_int(int64_t(i), last))]);
+  }
+  /// shuffle_prefix on a vector.
+  template <class T>
+  void shuffle_prefix(std::vector<T>& items, size_t count) {
+    shuffle_prefix(std::span<T>(items), count);
+  }
+
+  /// The seed of stream `stream` of `seed`: a 64-bit function of both, so that the generators for
+  /// different purposes (training batches, held-out examples, a data split, each step) of one run are
+  /// independent, and each is reproducible from the run's seed alone. The same pair always gives the
+  /// same seed.
+  static uint64_t derive_seed(uint64_t seed, uint64_t stream);
+  /// A generator seeded with derive_seed(seed, stream).
+  static Generator derive(uint64_t seed, uint64_t stream) { return Generator(derive_seed(seed, stream)); }
   /// The four state words, for checkpoints.
   std::vector<uint64_t> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
   /// Restores words from state(); throws Error unless there are exactly 4.

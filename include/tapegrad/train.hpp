@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -242,6 +243,29 @@ struct LoadedModel {
 /// Loads a checkpoint for inference: model (eval mode), vocabulary and the training options, from a
 /// run directory or a directory holding the two files. Throws IoError naming the file and what is wrong.
 LoadedModel load_checkpoint(const std::string& dir);
+
+/// Where examples for a loaded checkpoint come from (`tapegrad eval`, `tapegrad tape --checkpoint`): a TSV
+/// file, or a built-in task whose vocabulary must be the checkpoint's.
+struct CheckpointExampleSource {
+  std::string tsv;   ///< A TSV file of pairs, read with the checkpoint's tokenisation; empty: a task.
+  std::string task;  ///< The built-in task when there is no TSV; empty: the checkpoint's own.
+  std::optional<data::TaskOptions> task_options;  ///< The task's options; unset: the checkpoint's.
+  int64_t count = 0;  ///< Task examples to sample (a TSV gives all its pairs).
+  uint64_t seed = 0;  ///< The seed the task examples are sampled from.
+};
+/// Examples for a checkpoint, as ids of its vocabulary, and the tokenisation they were read in.
+struct CheckpointExamples {
+  std::vector<data::Example> examples;  ///< Every TSV pair, or `count` task samples.
+  /// The TSV's (the checkpoint's) or the task's.
+  data::Tokenization tokenization = data::Tokenization::chars;
+};
+/// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary
+/// (unknown tokens become data::kUnk), or `count` samples of the task from Generator(seed). Throws
+/// Error, starting with `what`, when a checkpoint trained on a TSV file is given neither a TSV nor a
+/// task, or when the task with these options has another vocabulary than the checkpoint (its ids would
+/// mean other tokens); and what read_tsv and make_task throw.
+CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const CheckpointExampleSource& source,
+                                           const std::string& what);
 
 /// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
 /// the file and the metadata field or tensor at fault.

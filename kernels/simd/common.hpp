@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/balanced_split.hpp"  // thread ranges: contiguous, static, balanced to one item
 #include "kernels/kernels.hpp"
 
 // g++ 12.2 reports its own AVX-512 intrinsics (the `__Y = __Y` idiom of _mm512_undefined_*) as
@@ -76,16 +77,6 @@ inline int team_for(int64_t work, int64_t items) {
   return int(std::min<int64_t>(num_threads(), items));
 }
 
-// [begin, end) of item range `n` for thread `t` of `nt`: contiguous, static, balanced to one item.
-struct Range {
-  int64_t begin, end;
-};
-inline Range split(int64_t n, int t, int nt) {
-  const int64_t q = n / nt, r = n % nt;
-  const int64_t b = t * q + std::min<int64_t>(t, r);
-  return {b, b + q + (t < r ? 1 : 0)};
-}
-
 // Runs body(begin, end) over [0, n) on `nt` threads (inline when nt == 1). The range is cut into
 // 4 contiguous chunks per thread, handed out dynamically: on a shared machine a thread that loses
 // its core for a time slice leaves its remaining chunks to the others instead of holding up the
@@ -99,7 +90,7 @@ void parallel_ranges(int64_t n, int nt, F&& body) {
   const int chunks = int(std::min<int64_t>(n, int64_t(nt) * 4));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int c = 0; c < chunks; ++c) {
-    const Range r = split(n, c, chunks);
+    const Range r = balanced_split(n, c, chunks);
     body(r.begin, r.end);
   }
 }

@@ -263,7 +263,7 @@ void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const f
       float* dg = part.p + 2 * b * cols;
       float* db = dg + cols;
       std::memset(dg, 0, sizeof(float) * size_t(2 * cols));
-      const Range rr = split(rows, int(b), int(nblocks));
+      const Range rr = balanced_split(rows, b, nblocks);
       for (int64_t r = rr.begin; r < rr.end; ++r)
         layer_norm_backward_row<Arch>(cols, x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
                                       dx ? dx + r * cols : nullptr, dgamma ? dg : nullptr,

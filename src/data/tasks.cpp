@@ -30,15 +30,10 @@ constexpr int kMaxTaskLen = 4096;
 
 const std::vector<std::string> kTaskNames = {"copy", "reverse", "sort", "recall", "rotate", "pair-recall"};
 
-// Uniform integer in [lo, hi]. Rejection sampling rather than std::uniform_int_distribution, whose
-// algorithm is implementation-defined: the same seed must give the same data with any standard library.
+// Every draw goes through Generator::uniform_int (unbiased, and the same numbers with any standard
+// library), so the same seed gives the same data everywhere.
 int uniform_int(Generator& gen, int lo, int hi) {
-  const uint64_t range = uint64_t(int64_t(hi) - lo) + 1;
-  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;  // multiples of range below this are unbiased
-  uint64_t x;
-  do x = gen.next_u64();
-  while (x >= limit);
-  return lo + int(x % range);
+  return int(gen.uniform_int(lo, hi));
 }
 
 std::string letter(int i) {
@@ -60,11 +55,11 @@ PairRange pair_recall_pairs(const TaskOptions& o) {
   return {std::max(1, o.min_len - 2), std::min(o.symbols, o.max_len - 2)};
 }
 
-// Distinct keys: the first n entries of a partial Fisher-Yates shuffle of `letters`.
+// Distinct keys: the first n entries of a partial Fisher-Yates shuffle of the letters.
 std::vector<int> distinct_keys(Generator& gen, int n, int symbols) {
   std::vector<int> keys(static_cast<size_t>(symbols));
   for (int i = 0; i < symbols; ++i) keys[size_t(i)] = i;
-  for (int i = 0; i < n; ++i) std::swap(keys[size_t(i)], keys[size_t(uniform_int(gen, i, symbols - 1))]);
+  gen.shuffle_prefix(keys, size_t(n));
   keys.resize(size_t(n));
   return keys;
 }
@@ -140,32 +135,76 @@ class SortTask : public BuiltinTask {
   }
 };
 
-class RecallTask : public BuiltinTask {
+// The sampler of both recall tasks: n pairs (n uniform over the task's pair range) with distinct keys
+// and uniform digit values, written by write_pair, then "?" and the key of one pair; the target is that
+// pair's value. The queried pair is uniform over all n, so the answer sits anywhere from the first pair
+// to the last.
+class RecallSampler : public BuiltinTask {
+ protected:
+  using BuiltinTask::BuiltinTask;
+  virtual PairRange pair_range() const = 0;
+  virtual void write_pair(std::vector<int32_t>& src, int key, int value) const = 0;
+
  public:
-  explicit RecallTask(const TaskOptions& o) : BuiltinTask("recall", o, true, true) {}
+  Example sample(Generator& gen) const final {
+    const PairRange r = pair_range();
+    const int n = uniform_int(gen, r.lo, r.hi);
+    const std::vector<int> keys = distinct_keys(gen, n, options_.symbols);
+    Example ex;
+    std::vector<int> values(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      values[size_t(i)] = uniform_int(gen, 0, 9);
+      write_pair(ex.src, keys[size_t(i)], values[size_t(i)]);
+    }
+    const int q = uniform_int(gen, 0, n - 1);
+    ex.src.push_back(question_id_);
+    ex.src.push_back(letter_ids_[size_t(keys[size_t(q)])]);
+    ex.tgt = {digit_ids_[size_t(values[size_t(q)])]};
+    return ex;
+  }
+};
+
+// A pair is two tokens, the key's letter and the value's digit.
+class RecallTask : public RecallSampler {
+ public:
+  explicit RecallTask(const TaskOptions& o) : RecallSampler("recall", o, true, true) {}
   std::string name() const override { return "recall"; }
   std::string description() const override {
     return "recall: key-value pairs (distinct letter keys, digit values), then '?' and a key; target = its "
            "value, e.g. a3c7b1?c -> 7";
   }
-  Example sample(Generator& gen) const override {
-    const PairRange r = recall_pairs(options_);
-    const int n = uniform_int(gen, r.lo, r.hi);
-    const std::vector<int> keys = distinct_keys(gen, n, options_.symbols);
-    Example ex;
-    std::vector<int32_t> values(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      values[size_t(i)] = digit_ids_[size_t(uniform_int(gen, 0, 9))];
-      ex.src.push_back(letter_ids_[size_t(keys[size_t(i)])]);
-      ex.src.push_back(values[size_t(i)]);
-    }
-    // Uniform over every pair, so the answer sits anywhere from the first pair to the last.
-    const int q = uniform_int(gen, 0, n - 1);
-    ex.src.push_back(question_id_);
-    ex.src.push_back(letter_ids_[size_t(keys[size_t(q)])]);
-    ex.tgt = {values[size_t(q)]};
-    return ex;
+
+ protected:
+  PairRange pair_range() const override { return recall_pairs(options_); }
+  void write_pair(std::vector<int32_t>& src, int key, int value) const override {
+    src.push_back(letter_ids_[size_t(key)]);
+    src.push_back(digit_ids_[size_t(value)]);
   }
+};
+
+// A pair is one token, "a0" .. ; the pair tokens follow the built-in ones, so the vocabulary is a
+// function of the options.
+class PairRecallTask : public RecallSampler {
+ public:
+  explicit PairRecallTask(const TaskOptions& o) : RecallSampler("pair-recall", o, true, true) {
+    for (int k = 0; k < o.symbols; ++k)
+      for (int d = 0; d < 10; ++d) pair_ids_.push_back(vocab_.add(letter(k) + digit(d)));
+    tokenization_ = Tokenization::whitespace;
+  }
+  std::string name() const override { return "pair-recall"; }
+  std::string description() const override {
+    return "pair-recall: key-value pairs as single tokens (distinct keys), then '?' and a key; target = its "
+           "value, e.g. a3 c7 b1 ? c -> 7";
+  }
+
+ protected:
+  PairRange pair_range() const override { return pair_recall_pairs(options_); }
+  void write_pair(std::vector<int32_t>& src, int key, int value) const override {
+    src.push_back(pair_ids_[size_t(key * 10 + value)]);
+  }
+
+ private:
+  std::vector<int32_t> pair_ids_;  // [key * 10 + value]
 };
 
 class RotateTask : public BuiltinTask {
@@ -187,41 +226,6 @@ class RotateTask : public BuiltinTask {
     for (int i = 0; i < n; ++i) ex.tgt[size_t(i)] = syms[size_t((i + k) % n)];
     return ex;
   }
-};
-
-// Tokens: the letters (query keys), the digits (answers), "?", and one token per (key, value) pair,
-// "a0" .. ; the pair tokens follow the built-in ones, so the vocabulary is a function of the options.
-class PairRecallTask : public BuiltinTask {
- public:
-  explicit PairRecallTask(const TaskOptions& o) : BuiltinTask("pair-recall", o, true, true) {
-    for (int k = 0; k < o.symbols; ++k)
-      for (int d = 0; d < 10; ++d) pair_ids_.push_back(vocab_.add(letter(k) + digit(d)));
-    tokenization_ = Tokenization::whitespace;
-  }
-  std::string name() const override { return "pair-recall"; }
-  std::string description() const override {
-    return "pair-recall: key-value pairs as single tokens (distinct keys), then '?' and a key; target = its "
-           "value, e.g. a3 c7 b1 ? c -> 7";
-  }
-  Example sample(Generator& gen) const override {
-    const PairRange r = pair_recall_pairs(options_);
-    const int n = uniform_int(gen, r.lo, r.hi);
-    const std::vector<int> keys = distinct_keys(gen, n, options_.symbols);
-    Example ex;
-    std::vector<int> values(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      values[size_t(i)] = uniform_int(gen, 0, 9);
-      ex.src.push_back(pair_ids_[size_t(keys[size_t(i)] * 10 + values[size_t(i)])]);
-    }
-    const int q = uniform_int(gen, 0, n - 1);
-    ex.src.push_back(question_id_);
-    ex.src.push_back(letter_ids_[size_t(keys[size_t(q)])]);
-    ex.tgt = {digit_ids_[size_t(values[size_t(q)])]};
-    return ex;
-  }
-
- private:
-  std::vector<int32_t> pair_ids_;  // [key * 10 + value]
 };
 
 std::string valid_names() {

@@ -316,6 +316,24 @@ double Generator::normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+int64_t Generator::uniform_int(int64_t lo, int64_t hi) {
+  if (lo > hi)
+    throw Error("Generator::uniform_int: empty range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  const uint64_t range = uint64_t(hi) - uint64_t(lo) + 1;  // 0: the whole 64-bit range
+  if (range == 0) return int64_t(next_u64());
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;  // [0, limit) holds whole multiples of range
+  uint64_t x;
+  do x = next_u64();
+  while (x >= limit);
+  return int64_t(uint64_t(lo) + x % range);
+}
+
+uint64_t Generator::derive_seed(uint64_t seed, uint64_t stream) {
+  // The golden-ratio multiple spreads the seed's bits before the stream id is mixed in; the
+  // generator's first output (two splitmix-seeded xoshiro rounds away) is the new seed.
+  return Generator(seed * 0x9E3779B97F4A7C15ull ^ stream).next_u64();
+}
+
 void Generator::set_state(const std::vector<uint64_t>& s) {
   if (s.size() != 4) throw Error("Generator::set_state: expected 4 words, got " + std::to_string(s.size()));
   for (int i = 0; i < 4; ++i) s_[i] = s[size_t(i)];

@@ -30,6 +30,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "kernels/balanced_split.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/distributed.hpp"
 #include "tapegrad/error.hpp"
@@ -56,9 +57,8 @@ std::string mib(double m) {
 }  // namespace
 
 std::pair<int64_t, int64_t> shard_range(int64_t batch, int rank, int ranks) {
-  const int64_t base = batch / ranks, extra = batch % ranks;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+  const kernels::Range r = kernels::balanced_split(batch, rank, ranks);
+  return {r.begin, r.end};
 }
 
 std::string data_parallel_layout(const TrainOptions& o) {

@@ -13,19 +13,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
+#include "tapegrad/metrics.hpp"
 #include "tapegrad/io.hpp"
 
 namespace fs = std::filesystem;
 
 namespace tapegrad::train {
-
-const char* const kMetricsHeader =
-    "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match";
 
 namespace {
 
@@ -86,23 +86,22 @@ std::string lock_holder(int fd) {
   return pid.empty() ? "unknown" : pid;
 }
 
-// The step of a metrics.csv row, or -1 when the line is torn or not a row.
-int64_t row_step(const std::string& line) {
-  if (std::count(line.begin(), line.end(), ',') != 7) return -1;
-  const std::string first = line.substr(0, line.find(','));
-  if (first.empty() || !std::all_of(first.begin(), first.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  return std::stoll(first);
-}
-
-// Rows of a metrics file at or below `step`, in order.
+// Rows of a metrics file at or below `step`, in order, rewritten in today's columns; torn lines and a
+// file without a metrics header (or none at all) give nothing.
 std::vector<std::string> rows_through(const std::string& path, int64_t step) {
   std::vector<std::string> rows;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    const int64_t s = row_step(line);
-    if (s >= 0 && s <= step) rows.push_back(line);
+  std::string line;
+  if (!std::getline(in, line)) return rows;
+  std::optional<MetricsColumns> columns;
+  try {
+    columns.emplace(line, path + ":1");
+  } catch (const IoError&) {
+    return rows;
   }
+  while (std::getline(in, line))
+    if (const std::optional<MetricsRow> row = columns->try_parse(line); row && row->step <= step)
+      rows.push_back(metrics_line(*row));
   return rows;
 }
 
@@ -237,7 +236,7 @@ void RunDirectory::open_metrics(int64_t step, const std::string& history) {
   std::string source = path;
   std::error_code ec;
   if (!fs::exists(path, ec) && !history.empty()) source = history;
-  std::string content = std::string(kMetricsHeader) + "\n";
+  std::string content = metrics_header() + "\n";
   if (step > 0)
     for (const std::string& row : rows_through(source, step)) content += row + "\n";
   // Rewritten atomically: a kill here leaves the old file, not a truncated one.
@@ -246,8 +245,8 @@ void RunDirectory::open_metrics(int64_t step, const std::string& history) {
   if (!metrics_) throw IoError(path + ": cannot open for appending");
 }
 
-void RunDirectory::append_metrics(const std::string& row) {
-  metrics_ << row << '\n' << std::flush;
+void RunDirectory::append_metrics(const MetricsRow& row) {
+  metrics_ << metrics_line(row) << '\n' << std::flush;
   if (!metrics_) throw IoError(dir_ + "/metrics.csv: write failed");
 }
 

@@ -18,6 +18,8 @@
 #include <fstream>
 #include <string>
 
+#include "tapegrad/metrics.hpp"
+
 namespace tapegrad::train {
 
 struct Session;
@@ -61,15 +63,12 @@ class RunDirectory {
   // file is new, is another run's metrics.csv whose rows up to `step` are carried over.
   void open_metrics(int64_t step, const std::string& history = "");
   // Appends one row and flushes it, so a kill loses at most the row being written.
-  void append_metrics(const std::string& row);
+  void append_metrics(const MetricsRow& row);
 
  private:
   std::string dir_;
   int lock_fd_ = -1;
   std::ofstream metrics_;
 };
-
-// The header of metrics.csv.
-extern const char* const kMetricsHeader;
 
 }  // namespace tapegrad::train

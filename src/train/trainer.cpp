@@ -1,6 +1,5 @@
 // Sessions (data + model + optimizer), the training loop, and evaluation by greedy decoding.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -25,17 +24,6 @@ namespace {
 
 // Stream ids keep the generators of different purposes independent for one seed.
 constexpr uint64_t kTrainStream = 0x7261696eull, kValidStream = 0x76616c69ull, kSplitStream = 0x73706c74ull;
-
-uint64_t mix(uint64_t a, uint64_t b) {
-  return Generator(a * 0x9E3779B97F4A7C15ull ^ b).next_u64();
-}
-
-// The shortest decimal that reads back as the same double: metrics.csv keeps every bit of a figure.
-std::string exact(double v) {
-  char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  return std::string(buf, end);
-}
 
 int64_t longest_target(const std::vector<data::Example>& ex) {
   size_t n = 0;
@@ -68,7 +56,7 @@ std::vector<data::Example> Session::examples_for_step(int64_t s) const {
   std::vector<data::Example> ex;
   const int64_t B = options.batch_size;
   if (task) {
-    Generator gen(mix(options.seed ^ kTrainStream, uint64_t(s)));
+    Generator gen = Generator::derive(options.seed ^ kTrainStream, uint64_t(s));
     for (int64_t i = 0; i < B; ++i) ex.push_back(task->sample(gen));
   } else {
     // Epoch e visits a permutation seeded by (seed, e); step s takes the next B examples of it.
@@ -80,9 +68,7 @@ std::vector<data::Example> Session::examples_for_step(int64_t s) const {
       if (epoch != perm_epoch) {
         perm.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
-        Generator g(mix(options.seed ^ kSplitStream, uint64_t(epoch)));
-        for (int64_t j = n - 1; j > 0; --j)
-          std::swap(perm[size_t(j)], perm[size_t(g.next_u64() % uint64_t(j + 1))]);
+        Generator::derive(options.seed ^ kSplitStream, uint64_t(epoch)).shuffle(perm);
         perm_epoch = epoch;
       }
       ex.push_back(train_examples[size_t(perm[size_t(pos)])]);
@@ -175,7 +161,7 @@ Session make_session(const TrainOptions& requested_options) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
     o.tokens = s.task->tokenization();
-    Generator vg(mix(o.seed ^ kValidStream, 0));
+    Generator vg = Generator::derive(o.seed ^ kValidStream, 0);
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
     const auto train_pairs = data::read_tsv(o.train, o.tokens, &s.blank_lines);
@@ -190,8 +176,7 @@ Session make_session(const TrainOptions& requested_options) {
       // Hold out a seeded random fraction of the training file.
       std::vector<size_t> idx(kept.size());
       for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-      Generator g(mix(o.seed ^ kSplitStream, 0xffff));
-      for (size_t i = idx.size(); i-- > 1;) std::swap(idx[i], idx[g.next_u64() % (i + 1)]);
+      Generator::derive(o.seed ^ kSplitStream, 0xffff).shuffle(idx);
       n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
       kept.clear();
       for (size_t i = 0; i < idx.size(); ++i)
@@ -302,10 +287,10 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     if (!writer) return;
     const EvalResult r = evaluate(*s.model, s.vocab, o.tokens, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
-      std::ostringstream row;
-      row << step << ",,,,," << exact(r.loss) << "," << exact(r.token_accuracy) << ","
-          << exact(r.exact_match);
-      run->append_metrics(row.str());
+      MetricsRow row;
+      row.step = step, row.valid_loss = r.loss, row.valid_token_accuracy = r.token_accuracy;
+      row.valid_exact_match = r.exact_match;
+      run->append_metrics(row);
       std::ostringstream samples;
       samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match "
               << r.exact_match << "\n";
@@ -341,10 +326,10 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       r.backward_seconds,
                       r.allreduce_wait_seconds};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
-      std::ostringstream row;
-      row << r.step << "," << exact(log.loss) << "," << exact(r.lr) << "," << exact(r.grad_norm) << ","
-          << exact(log.tokens_per_second) << ",,,";
-      run->append_metrics(row.str());
+      MetricsRow row;
+      row.step = r.step, row.loss = log.loss, row.lr = r.lr, row.grad_norm = r.grad_norm;
+      row.tokens_per_second = log.tokens_per_second;
+      run->append_metrics(row);
     }
     if (on_step && writer) on_step(log);
     if (o.eval_every > 0 && r.step % o.eval_every == 0 && r.step != o.steps) run_eval(r.step);

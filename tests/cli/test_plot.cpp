@@ -39,6 +39,26 @@ TEST_CASE("train writes curves.png; plot overlays runs at the requested size", "
   fs::remove_all(b);
 }
 
+TEST_CASE("plot still draws a metrics.csv as earlier versions wrote it, and one with other columns",
+          "[cli][plot]") {
+  const std::string d = tapegrad::test::temp_dir("plot", "old");
+  fs::create_directories(d + "/old");
+  fs::create_directories(d + "/other");
+  // Rows as the trainer wrote them before the columns were named in one place (header written twice,
+  // fields placed by counting commas).
+  std::ofstream(d + "/old/metrics.csv")
+      << "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match\n"
+      << "5,2.823890209197998,2.5e-05,0.7766919029723374,6925.619806839044,,,\n"
+      << "10,2.8586020469665527,5e-05,0.7774369956018348,257768.31006123213,,,\n"
+      << "10,,,,,2.80419921875,0.125,0\n";
+  std::ofstream(d + "/other/metrics.csv") << "step,valid_loss,loss,note\n1,,3.5,a\n2,,3.25,b\n2,3.0,,c\n";
+  const Run r = run("plot " + d + "/old " + d + "/other --out " + d + "/both.png");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(png_size(d + "/both.png") == std::pair<uint32_t, uint32_t>{1200, 480});
+  fs::remove_all(d);
+}
+
 TEST_CASE("plot refuses a malformed metrics.csv naming FILE:LINE, and a directory without one",
           "[cli][plot]") {
   const std::string d = tapegrad::test::temp_dir("plot", "bad");

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 
 #include "process.hpp"
 #include "tapegrad/io.hpp"
+#include "tapegrad/metrics.hpp"
 #include "tapegrad/tapegrad.hpp"
 #include "tapegrad/train.hpp"
 
@@ -159,6 +161,68 @@ TEST_CASE("resume keeps metrics.csv's header and rows up to the checkpoint, drop
   for (int s = 1; s <= 8; ++s) CHECK(rows[size_t(s)].rfind(std::to_string(s) + ",", 0) == 0);
   CHECK(rows[9].rfind("8,,,,,", 0) == 0);
   fs::remove_all(dir);
+}
+
+TEST_CASE("metrics.csv columns are found by name: reordered, missing and unknown columns read right",
+          "[cli][reliability][metrics]") {
+  // Written by this version: the header once, every figure exactly, empty fields for what a row lacks.
+  train::MetricsRow step;
+  step.step = 3, step.loss = 0.1, step.lr = 2.5e-05, step.grad_norm = 1.0 / 3, step.tokens_per_second = 1e6;
+  train::MetricsRow eval;
+  eval.step = 3, eval.valid_loss = 1.5, eval.valid_token_accuracy = 0.25, eval.valid_exact_match = 0;
+  CHECK(train::metrics_header() ==
+        "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match");
+  CHECK(train::metrics_line(step) == "3,0.1,2.5e-05,0.3333333333333333,1e+06,,,");
+  CHECK(train::metrics_line(eval) == "3,,,,,1.5,0.25,0");
+  const std::string dir = temp_dir("columns");
+  fs::create_directories(dir);
+  const std::string path = dir + "/metrics.csv";
+  std::ofstream(path) << train::metrics_header() << "\n"
+                      << train::metrics_line(step) << "\n"
+                      << train::metrics_line(eval) << "\n";
+  auto rows = train::read_metrics(path);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].grad_norm == 1.0 / 3);  // bit for bit
+  CHECK(std::isnan(rows[0].valid_loss));
+  CHECK(rows[1].valid_token_accuracy == 0.25);
+  // Another version's file: columns in another order, one missing, one unknown.
+  std::ofstream(path) << "valid_exact_match,lr,step,extra,loss,valid_loss,valid_token_accuracy,grad_norm\n"
+                      << ",0.001,7,x,2.5,,,0.5\n0.75,,8,,,1.25,0.5,\n";
+  rows = train::read_metrics(path);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].step == 7);
+  CHECK(rows[0].loss == 2.5);
+  CHECK(rows[0].lr == 0.001);
+  CHECK(rows[0].grad_norm == 0.5);
+  CHECK(std::isnan(rows[0].tokens_per_second));
+  CHECK(rows[1].step == 8);
+  CHECK(rows[1].valid_loss == 1.25);
+  CHECK(rows[1].valid_exact_match == 0.75);
+  // Errors name FILE:LINE.
+  std::ofstream(path) << "loss,lr\n1,2\n";
+  CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":1") && Catch::Contains("'step'"));
+  std::ofstream(path) << train::metrics_header() << "\n1,2,3\n";
+  CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("found 3"));
+  std::ofstream(path) << train::metrics_header() << "\nx,2,3,4,5,,,\n";
+  CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("step 'x'"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a resume into another --out carries an older file's rows over in today's columns",
+          "[cli][reliability][metrics]") {
+  const std::string a = temp_dir("oldcols"), b = temp_dir("oldcols-copy");
+  REQUIRE(run("train " + kTiny + "--steps 4 --out " + a).code == 0);
+  // The original's metrics.csv as a version with other columns might have left it.
+  std::ofstream(a + "/metrics.csv") << "lr,step,loss\n0.5,1,2.25\n0.5,2,2.125\n0.5,3,2\n0.5,4,1.875\n";
+  REQUIRE(run("train --resume " + a + " --steps 6 --out " + b).code == 0);
+  const auto rows = lines_of(b + "/metrics.csv");
+  REQUIRE(rows.size() >= 5);
+  CHECK(rows[0] == train::metrics_header());
+  CHECK(rows[1] == "1,2.25,0.5,,,,,");
+  CHECK(rows[4] == "4,1.875,0.5,,,,,");
+  CHECK(rows[5].rfind("5,", 0) == 0);
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 TEST_CASE("one trainer per directory: a second exits 2 naming the first's pid", "[cli][reliability]") {

@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <set>
+#include <span>
 
 #include "tapegrad/checked.hpp"
 #include "tapegrad/memory.hpp"
@@ -48,6 +51,95 @@ TEST_CASE("seeded random tensors are reproducible", "[tensor]") {
   Generator t(0);
   t.set_state(s.state());
   CHECK(s.next_u64() == t.next_u64());
+}
+
+namespace {
+
+// Pearson's chi-square statistic of observed counts against equal expected counts.
+double chi_square_uniform(const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  const double expected = double(total) / double(counts.size());
+  double chi2 = 0;
+  for (int64_t c : counts) chi2 += (double(c) - expected) * (double(c) - expected) / expected;
+  return chi2;
+}
+
+}  // namespace
+
+TEST_CASE("uniform_int stays in [lo, hi] and hits every value equally often", "[tensor][random]") {
+  // Ten values (not a power of two), 100k draws: chi-square with 9 degrees of freedom, below its 0.1%
+  // critical value 27.88 at this fixed seed.
+  Generator g(2024);
+  std::vector<int64_t> counts(10);
+  for (int i = 0; i < 100000; ++i) {
+    const int64_t v = g.uniform_int(-3, 6);
+    REQUIRE(v >= -3);
+    REQUIRE(v <= 6);
+    ++counts[size_t(v + 3)];
+  }
+  CHECK(chi_square_uniform(counts) < 27.88);
+  // A range of 3 * 2^62 values, where reducing a 64-bit draw modulo the range would make the lowest
+  // third twice as likely as each of the others: thirds of it, chi-square with 2 degrees of freedom
+  // below its 0.1% critical value 13.82.
+  const uint64_t third = uint64_t(1) << 62;
+  const int64_t lo = INT64_MIN, hi = int64_t(third - 1);  // 2 * third below zero, one third above
+  std::vector<int64_t> thirds(3);
+  Generator wide(7);
+  for (int i = 0; i < 30000; ++i) ++thirds[size_t((uint64_t(wide.uniform_int(lo, hi)) - uint64_t(lo)) / third)];
+  CHECK(chi_square_uniform(thirds) < 13.82);
+  // The whole 64-bit range, a single value, and an empty range.
+  Generator e(1);
+  CHECK(e.uniform_int(INT64_MIN, INT64_MAX) != e.uniform_int(INT64_MIN, INT64_MAX));
+  CHECK(e.uniform_int(5, 5) == 5);
+  CHECK_THROWS_WITH(e.uniform_int(2, 1), Catch::Contains("uniform_int") && Catch::Contains("[2, 1]"));
+}
+
+TEST_CASE("shuffle gives a permutation, and every order of three items equally often", "[tensor][random]") {
+  Generator g(11);
+  std::vector<int> items(1000);
+  for (int i = 0; i < 1000; ++i) items[size_t(i)] = i;
+  g.shuffle(items);
+  std::vector<int> sorted = items;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 1000; ++i) REQUIRE(sorted[size_t(i)] == i);
+  int moved = 0;
+  for (int i = 0; i < 1000; ++i) moved += items[size_t(i)] != i;
+  CHECK(moved > 900);
+  // The 6 orders of {0, 1, 2} over 60k shuffles: chi-square with 5 degrees of freedom below its 0.1%
+  // critical value 20.52 (swapping with any place, not only the later ones, fails this).
+  std::map<std::vector<int>, int64_t> orders;
+  for (int i = 0; i < 60000; ++i) {
+    std::vector<int> three = {0, 1, 2};
+    g.shuffle(std::span<int>(three));
+    ++orders[three];
+  }
+  REQUIRE(orders.size() == 6);
+  std::vector<int64_t> counts;
+  for (const auto& [order, n] : orders) counts.push_back(n);
+  CHECK(chi_square_uniform(counts) < 20.52);
+  // A prefix: the first k places are distinct items, and exactly k numbers are drawn.
+  Generator a(3), b(3);
+  std::vector<int> letters = {0, 1, 2, 3, 4, 5, 6, 7};
+  a.shuffle_prefix(letters, 3);
+  for (int i = 0; i < 3; ++i) b.uniform_int(i, 7);
+  CHECK(a.next_u64() == b.next_u64());
+  CHECK(std::set<int>(letters.begin(), letters.end()).size() == 8);
+  CHECK_THROWS_WITH(a.shuffle_prefix(letters, 9), Catch::Contains("count 9") && Catch::Contains("8 items"));
+  std::vector<int> none;
+  a.shuffle(none);  // nothing to do, and no draw
+}
+
+TEST_CASE("derive gives reproducible generators that differ across streams and seeds", "[tensor][random]") {
+  CHECK(Generator::derive(5, 1).next_u64() == Generator::derive(5, 1).next_u64());
+  const uint64_t base = Generator::derive(5, 1).next_u64();
+  CHECK(Generator::derive(5, 2).next_u64() != base);
+  CHECK(Generator::derive(6, 1).next_u64() != base);
+  CHECK(Generator::derive(5, 1).next_u64() != Generator(5).next_u64());
+  // Fixed values: training batches, held-out examples and TSV splits of every saved run depend on them.
+  CHECK(Generator::derive_seed(20261130, 0x7261696eull) == 0x711bd92817812988ull);
+  CHECK(Generator::derive_seed(0, 5) == 0x49d55178ca54cf69ull);
+  CHECK(Generator::derive(0, 5).state() == Generator(0x49d55178ca54cf69ull).state());
 }
 
 TEST_CASE("views share storage; contiguous copies", "[tensor]") {

@@ -61,20 +61,10 @@ StepSubject checkpoint_subject(const std::string& dir, const std::string& valid,
                                const data::TaskOptions* lengths) {
   train::LoadedModel m = train::load_checkpoint(dir);
   StepSubject subject;
-  std::vector<data::Example> ex;
-  if (!valid.empty()) {
-    const auto pairs = data::read_tsv(valid, m.options.tokens);
-    for (const auto& e : data::encode_pairs(pairs, m.vocab))
-      if (int64_t(ex.size()) < batch_size) ex.push_back(e);
-  } else {
-    if (!m.options.train.empty())
-      throw Error("--checkpoint " + dir + ": trained on " + m.options.train + "; pass --valid FILE.tsv");
-    const auto task = data::make_task(m.options.task, lengths ? *lengths : m.options.task_options);
-    if (task->vocab().tokens() != m.vocab.tokens())
-      throw Error("--checkpoint " + dir + ": these task lengths give a different vocabulary than the checkpoint's");
-    Generator gen(m.options.seed);
-    for (int64_t i = 0; i < batch_size; ++i) ex.push_back(task->sample(gen));
-  }
+  train::CheckpointExampleSource source{valid, "", std::nullopt, batch_size, m.options.seed};
+  if (lengths) source.task_options = *lengths;
+  std::vector<data::Example> ex = train::examples_for_checkpoint(m, source, "--checkpoint " + dir).examples;
+  if (int64_t(ex.size()) > batch_size) ex.resize(size_t(batch_size));  // a TSV's first batch
   subject.batch = data::make_batch(ex);
   subject.recipe = train::StepRecipe::from(m.options);
   subject.recipe.total_steps = std::max<int64_t>(m.step + 1, m.options.steps);

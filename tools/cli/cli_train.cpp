@@ -148,31 +148,6 @@ Runner add_train(CLI::App& app) {
   return [run] { return on_every_rank(run); };
 }
 
-namespace {
-
-// Held-out examples for eval: a built-in task (sampled from an evaluation seed) or a TSV file.
-std::vector<data::Example> eval_examples(const train::LoadedModel& m, const std::string& task_name,
-                                         const data::TaskOptions* task_opts, const std::string& valid_file,
-                                         int64_t size, uint64_t seed, data::Tokenization* tok) {
-  if (!valid_file.empty()) {
-    *tok = m.options.tokens;
-    return data::encode_pairs(data::read_tsv(valid_file, *tok), m.vocab);
-  }
-  const data::TaskOptions opts = task_opts ? *task_opts : m.options.task_options;
-  const auto task = data::make_task(task_name, opts);
-  *tok = task->tokenization();
-  // The task's vocabulary must be the checkpoint's: ids mean the same tokens.
-  if (task->vocab().tokens() != m.vocab.tokens())
-    throw Error("eval: task '" + task_name +
-                "' with these options has a different vocabulary than the checkpoint");
-  Generator gen(seed);
-  std::vector<data::Example> ex;
-  for (int64_t i = 0; i < size; ++i) ex.push_back(task->sample(gen));
-  return ex;
-}
-
-}  // namespace
-
 Runner add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, task, valid;
@@ -214,11 +189,10 @@ Runner add_eval(CLI::App& app) {
     data::TaskOptions opts = m.options.task_options;
     if (mn->count()) opts.min_len = a->task_options.min_len;
     if (mx->count()) opts.max_len = a->task_options.max_len;
-    const std::string task = a->task.empty() ? m.options.task : a->task;
-    if (a->valid.empty() && !m.options.train.empty() && a->task.empty())
-      throw Error("eval: this checkpoint was trained on " + m.options.train + "; pass --valid FILE.tsv");
-    data::Tokenization tok = data::Tokenization::chars;
-    const auto ex = eval_examples(m, task, &opts, a->valid, a->size, a->seed, &tok);
+    const train::CheckpointExamples held_out =
+        train::examples_for_checkpoint(m, {a->valid, a->task, opts, a->size, a->seed}, "eval");
+    const auto& ex = held_out.examples;
+    const data::Tokenization tok = held_out.tokenization;
     if (ex.empty()) throw Error("eval: no examples to evaluate");
     int64_t longest = 0;
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));

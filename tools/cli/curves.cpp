@@ -1,69 +1,27 @@
-// Training curves: metrics.csv parsed into columns, then drawn as two chart.hpp panels (loss;
-// accuracy) with axes, "nice" 1-2-5 ticks (or decades on a log axis), labels and a legend. Not here:
-// smoothing, interactive output, or any format other than PNG.
+// Training curves: metrics.csv read by its column names (tapegrad/metrics.hpp), then drawn as two
+// chart.hpp panels (loss; accuracy) with axes, "nice" 1-2-5 ticks (or decades on a log axis), labels and
+// a legend. Not here: smoothing, interactive output, or any format other than PNG.
 #include "curves.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <limits>
-#include <sstream>
 
 #include "chart.hpp"
-#include "tapegrad/error.hpp"
+#include "tapegrad/metrics.hpp"
 
 namespace tapegrad::cli {
 
-namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr const char* kHeader =
-    "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match";
-
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> out;
-  std::string field;
-  std::istringstream in(line);
-  while (std::getline(in, field, ',')) out.push_back(field);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
-// An empty field is NaN; anything else must be a whole number.
-double field(const std::string& text, const std::string& where) {
-  if (text.empty()) return kNaN;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (*end != '\0') throw IoError(where + ": '" + text + "' is not a number");
-  return v;
-}
-
-}  // namespace
-
 Curves read_curves(const std::string& run_dir) {
-  const std::string path = run_dir + "/metrics.csv";
-  std::ifstream in(path);
-  if (!in) throw IoError(path + ": cannot open (not a run directory?)");
   Curves c;
   c.label = run_dir;
   while (c.label.size() > 1 && c.label.back() == '/') c.label.pop_back();
-  std::string line;
-  if (!std::getline(in, line) || line != kHeader)
-    throw IoError(path + ":1: expected the header '" + std::string(kHeader) + "'");
-  for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
-    const std::string where = path + ":" + std::to_string(lineno);
-    const auto f = split(line);
-    if (f.size() != 8)
-      throw IoError(where + ": expected 8 comma-separated fields, found " + std::to_string(f.size()));
-    const double step = field(f[0], where);
-    if (!std::isfinite(step)) throw IoError(where + ": the row has no step");
-    if (!f[1].empty()) c.train_step.push_back(step), c.train_loss.push_back(field(f[1], where));
-    if (!f[5].empty()) {
-      c.valid_step.push_back(step);
-      c.valid_loss.push_back(field(f[5], where));
-      c.valid_token_accuracy.push_back(field(f[6], where));
-      c.valid_exact_match.push_back(field(f[7], where));
+  for (const train::MetricsRow& row : train::read_metrics(run_dir + "/metrics.csv")) {
+    if (!std::isnan(row.loss)) c.train_step.push_back(double(row.step)), c.train_loss.push_back(row.loss);
+    if (!std::isnan(row.valid_loss)) {
+      c.valid_step.push_back(double(row.step));
+      c.valid_loss.push_back(row.valid_loss);
+      c.valid_token_accuracy.push_back(row.valid_token_accuracy);
+      c.valid_exact_match.push_back(row.valid_exact_match);
     }
   }
   return c;

@@ -7,14 +7,16 @@
 
 namespace tapegrad::cli {
 
-// One run's metrics.csv as columns; NaN where a row leaves a field empty.
+// One run's metrics.csv as curves: a training point per row with a loss, a validation point per row
+// with a valid_loss (NaN where such a row leaves another field empty).
 struct Curves {
   std::string label;  // the run directory, as given
   std::vector<double> train_step, train_loss;
   std::vector<double> valid_step, valid_loss, valid_token_accuracy, valid_exact_match;
 };
 
-// Reads DIR/metrics.csv; throws tapegrad::IoError naming FILE:LINE for a malformed row.
+// Reads DIR/metrics.csv with train::read_metrics: columns found by name, so files of other versions
+// plot too; throws tapegrad::IoError naming FILE:LINE for a malformed header or row.
 Curves read_curves(const std::string& run_dir);
 
 struct PlotOptions {
