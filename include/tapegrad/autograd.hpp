@@ -25,9 +25,11 @@ namespace tapegrad {
 /// order, which also gives op_name() its names; `custom` is a function defined outside the library
 /// (record_custom). A test asserts the gradcheck registry records every kind but `custom`.
 enum class OpKind : uint8_t {
+/// @cond
 #define TAPEGRAD_OP(name) name,
 #include "tapegrad/op_list.hpp"
 #undef TAPEGRAD_OP
+/// @endcond
   count_  ///< not an op: the number of kinds
 };
 /// Number of op kinds (the size of tables indexed by OpKind).
