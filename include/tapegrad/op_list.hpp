@@ -10,6 +10,8 @@
 ///
 /// To add an op: a row here, the function that records it (src/ops/, with its backward beside
 /// it) and a gradient-check row in src/ops/op_checks.cpp (a test fails on a kind no row records).
+// Included without TAPEGRAD_OP (as a program may include any installed header) it is empty.
+#ifdef TAPEGRAD_OP
 // clang-format off
 
 // Elementwise, with broadcasting (src/ops/elementwise.cpp): add(a, b) ... pow(a, b), neg(a);
@@ -63,3 +65,4 @@ TAPEGRAD_OP(scaled_dot_product_attention)
 TAPEGRAD_OP(custom)
 
 // clang-format on
+#endif  // TAPEGRAD_OP
