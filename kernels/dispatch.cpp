@@ -4,9 +4,11 @@
 // so no row can be left out) and the chosen ISA's translation unit then overrides the entries it
 // vectorises. float calls go through the float table; the double table keeps the reference,
 // except GEMM, which the ISA may provide for float64 gradient checks too.
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/nd_index.hpp"
 #include "kernels/ref/ref.hpp"
 #include "kernels/strided.hpp"
 #include "kernels/table.hpp"
@@ -89,6 +91,38 @@ void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t
 }
 
 template <class T>
+void gemm_nd_batched(int batch_ndim, const int64_t* batch_shape, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     T alpha, const T* A, int64_t lda, const int64_t* a_strides, const T* B, int64_t ldb,
+                     const int64_t* b_strides, T beta, T* C, int64_t ldc, const int64_t* c_strides) {
+  if (batch_ndim == 0) return gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the
+  // longest one becomes a batched GEMM (which splits its matrices across the threads), the others
+  // a loop. Attention's heads split off the feature axis do not merge with the batch ([B,H] with
+  // strides T*3C and d): batching the 4 heads and looping over 64 sequences ran on one thread.
+  // Each matrix is computed the same way wherever it sits, so the choice changes no result; with
+  // a summed dim (C stride 0) the dims keep their order, which fixes the order of the sum.
+  const int64_t* strides[] = {a_strides, b_strides, c_strides};
+  nd::Space s = nd::coalesce(batch_ndim, batch_shape, 3, strides);
+  if (s.total == 0) return;
+  const int last = s.ndim - 1;
+  if (std::none_of(s.stride[2], s.stride[2] + s.ndim, [](int64_t st) { return st == 0; })) {
+    const int longest = int(std::max_element(s.shape, s.shape + s.ndim) - s.shape);
+    std::swap(s.shape[longest], s.shape[last]);
+    for (auto& op : s.stride) std::swap(op[longest], op[last]);
+  }
+  const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
+  nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
+    const T *a = A + off[0], *b = B + off[1];
+    if (dc == 0 && n > 1) {  // summing over this dim: accumulate one by one
+      for (int64_t k = 0; k < n; ++k)
+        gemm<T>(ta, tb, M, N, K, alpha, a + k * da, lda, b + k * db, ldb, beta, C + off[2], ldc);
+    } else {
+      gemm_batched<T>(n, ta, tb, M, N, K, alpha, a, lda, da, b, ldb, db, beta, C + off[2], ldc, dc);
+    }
+  });
+}
+
+template <class T>
 int64_t packed_b_size(int64_t K, int64_t N) {
   const auto size = active_table<T>().packed_b_size;
   return size && K > 0 && N > 0 ? size(K, N) : 0;
@@ -152,6 +186,9 @@ double uniform_at(uint64_t seed, uint64_t counter) {
   template void gemm_packed_b<T>(bool, int64_t, T, const T*, int64_t, const PackedB<T>&, T, T*, int64_t);  \
   template void gemm_batched<T>(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,      \
                                 int64_t, const T*, int64_t, int64_t, T, T*, int64_t, int64_t);             \
+  template void gemm_nd_batched<T>(int, const int64_t*, bool, bool, int64_t, int64_t, int64_t, T, const T*,  \
+                                   int64_t, const int64_t*, const T*, int64_t, const int64_t*, T, T*,        \
+                                   int64_t, const int64_t*);                                               \
   template void copy_strided<T>(int, const int64_t*, const T*, const int64_t*, T*);                        \
   template void add_strided<T>(int, const int64_t*, const T*, T*, const int64_t*);
 

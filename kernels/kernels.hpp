@@ -11,7 +11,8 @@
 //   every kernel-list row                SIMD version, else ref       ref
 //     (reference only today: pow_scalar, pow_scalar_backward, where, fill, sum_all, dropout)
 //   gemm, gemm_batched, packed_b_size,   the ISA's GEMM, else ref     the ISA's GEMM, else ref
-//     pack_b, gemm_packed_b              (gemm_batched: else a loop of gemm; packing: else none)
+//     pack_b, gemm_packed_b,             (gemm_batched: else a loop of gemm; packing: else none;
+//     gemm_nd_batched                    gemm_nd_batched: gemm_batched over merged nd batch dims)
 //   copy_strided, add_strided            kernels/strided.hpp (plain loops merged over dims; also int32)
 //   uniform_at                           one function (kernels/dispatch.cpp)
 //
@@ -67,6 +68,17 @@ template <class T>
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
                   const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b,
                   T beta, T* C, int64_t ldc, int64_t stride_c);
+
+// GEMMs over an nd batch: for every index b of `batch_shape` (batch_ndim <= 8; 0 is one GEMM),
+// matrix b of each operand starts at the sum over dims d of b[d] * its stride in d (in elements;
+// 0 broadcasts A or B over that dim). A C stride of 0 sums that dim into one C matrix, in index
+// order; beta must be 1 then, with C initialised. Dims every operand walks alike merge and the
+// longest becomes one gemm_batched (which splits across the threads), so results do not depend
+// on how the batch dims are written.
+template <class T>
+void gemm_nd_batched(int batch_ndim, const int64_t* batch_shape, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                     int64_t K, T alpha, const T* A, int64_t lda, const int64_t* a_strides, const T* B,
+                     int64_t ldb, const int64_t* b_strides, T beta, T* C, int64_t ldc, const int64_t* c_strides);
 
 // ---------------------------------------------------------------------------------------------
 // Strided copies (also for int32_t).

@@ -1,14 +1,9 @@
-// The kernels' run-time settings (kernels/runtime.hpp) and their public face, tapegrad::runtime
-// (include/tapegrad/runtime.hpp).
+// The kernels' run-time settings (kernels/runtime.hpp). Their public face, tapegrad::runtime
+// (include/tapegrad/runtime.hpp), is src/tensor/runtime.cpp: the kernels include nothing public.
 //
 // The instruction set: at first use we ask xsimd which ones the CPU has and honour TAPEGRAD_ARCH,
 // which may only lower the choice; set_isa rebuilds the dispatch tables (kernels/dispatch.cpp).
 // Threads: TAPEGRAD_THREADS or the OpenMP default until set_num_threads. Caches: read from sysfs.
-#include <algorithm>
-#include <chrono>
-#include <map>
-#include <mutex>
-
 #include "kernels/runtime.hpp"
 
 #include <omp.h>
@@ -22,8 +17,6 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/table.hpp"
-#include "tapegrad/error.hpp"
-#include "tapegrad/runtime.hpp"
 
 namespace tapegrad::kernels {
 
@@ -50,22 +43,17 @@ std::vector<Isa> available_isas() {
   return out;
 }
 
-namespace {
-
-// Sets *out to the instruction set called `s`; false if there is none.
 bool parse_isa(const std::string& s, Isa* out) {
   for (Isa isa : {Isa::scalar, Isa::sse2, Isa::avx2, Isa::avx512})
     if (s == isa_name(isa)) return *out = isa, true;
   return false;
 }
 
-bool supported(Isa isa) {
+bool isa_supported(Isa isa) {
   for (Isa a : available_isas())
     if (a == isa) return true;
   return false;
 }
-
-}  // namespace
 
 Isa startup_isa() {
   if (const char* env = std::getenv("TAPEGRAD_ARCH"); env && *env) {
@@ -73,7 +61,7 @@ Isa startup_isa() {
     if (!parse_isa(env, &want))
       throw std::runtime_error(std::string("TAPEGRAD_ARCH: unknown instruction set '") + env +
                                "' (expected avx512, avx2, sse2 or scalar)");
-    if (!supported(want))
+    if (!isa_supported(want))
       throw std::runtime_error(std::string("TAPEGRAD_ARCH=") + env + ": this CPU does not support it");
     return want;
   }
@@ -85,7 +73,7 @@ Isa active_isa() {
 }
 
 void set_isa(Isa isa) {
-  if (!supported(isa))
+  if (!isa_supported(isa))
     throw std::runtime_error(std::string("set_isa: this CPU does not support ") + isa_name(isa));
   build_tables(isa);
 }
@@ -147,62 +135,3 @@ const CacheInfo& cache_info() {
 }
 
 }  // namespace tapegrad::kernels
-
-namespace tapegrad::runtime {
-
-int num_threads() {
-  return kernels::num_threads();
-}
-void set_num_threads(int n) {
-  if (n < 1) throw Error("set_num_threads: expected a positive thread count, got " + std::to_string(n));
-  kernels::set_num_threads(n);
-}
-
-std::string active_isa() {
-  return kernels::isa_name(kernels::active_isa());
-}
-
-std::vector<std::string> available_isas() {
-  std::vector<std::string> names;
-  for (kernels::Isa isa : kernels::available_isas()) names.push_back(kernels::isa_name(isa));
-  return names;
-}
-
-void set_isa(const std::string& name) {
-  kernels::Isa isa;
-  if (!kernels::parse_isa(name, &isa))
-    throw Error("set_isa: unknown instruction set '" + name + "' (expected avx512, avx2, sse2 or scalar)");
-  if (!kernels::supported(isa)) throw Error("set_isa: this CPU does not support " + name);
-  kernels::set_isa(isa);
-}
-
-CacheSizes cache_sizes() {
-  const kernels::CacheInfo& c = kernels::cache_info();
-  return {c.l1d, c.l2, c.l3};
-}
-
-double peak_gflops() {
-  static std::mutex guard;
-  static std::map<std::string, double> measured;  // per instruction set
-  const std::lock_guard<std::mutex> lock(guard);
-  const std::string isa = active_isa();
-  if (auto it = measured.find(isa); it != measured.end()) return it->second;
-  float sink = 0;
-  double best = 0;
-  int64_t iterations = 1 << 16;
-  for (int run = 0; run < 9; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double flops = kernels::fma_loop<float>(iterations, &sink);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s < 4e-3) {  // too short to time well: grow the loop and do not count this run
-      iterations *= 4;
-      --run;
-      continue;
-    }
-    best = std::max(best, flops / s * 1e-9);
-  }
-  measured[isa] = best;
-  return best;
-}
-
-}  // namespace tapegrad::runtime

@@ -2,11 +2,12 @@
 // thread count every kernel forks with, and the cache sizes the GEMM blocks for.
 //
 // Internal to the library (kernels, the kernel tests and benchmarks). Code above the kernels reaches
-// the same settings through the public include/tapegrad/runtime.hpp, which knows nothing of Isa.
-// Implemented in kernels/runtime.cpp.
+// the same settings through the public include/tapegrad/runtime.hpp, which knows nothing of Isa
+// (src/tensor/runtime.cpp translates). Implemented in kernels/runtime.cpp.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tapegrad::kernels {
@@ -14,6 +15,10 @@ namespace tapegrad::kernels {
 enum class Isa { scalar, sse2, avx2, avx512 };
 
 const char* isa_name(Isa isa);
+// Sets *out to the instruction set called `name` (as isa_name spells it); false if there is none.
+bool parse_isa(const std::string& name, Isa* out);
+// Whether this machine can run `isa`.
+bool isa_supported(Isa isa);
 // The instruction set in use: the best the machine has, or TAPEGRAD_ARCH if set (never above what
 // the machine supports; an unknown or unsupported name throws std::runtime_error at first use).
 Isa active_isa();

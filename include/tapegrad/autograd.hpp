@@ -21,17 +21,16 @@
 
 namespace tapegrad {
 
-/// Every differentiable op. Adding one here forces op_name() (a compile-time count check) and the
-/// gradcheck registry (a test asserts every kind has a row) to follow.
+/// Every kind of tape entry: one enumerator per row of the op list (tapegrad/op_list.hpp), in its
+/// order, which also gives op_name() its names; `custom` is a function defined outside the library
+/// (record_custom). A test asserts the gradcheck registry records every kind but `custom`.
 enum class OpKind : uint8_t {
-  add, sub, mul, div, pow, neg, add_scalar, mul_scalar, pow_scalar,
-  exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_exact, softplus,
-  matmul, linear, permute, reshape, contiguous, concat, narrow,
-  sum_axis, sum_all, max_axis,
-  softmax, log_softmax, layer_norm, embedding, cross_entropy, dropout, where,
-  gru_cell, additive_score, scaled_dot_product_attention,
-  custom,  ///< a function defined outside the library, recorded by record_custom (named on its entry)
-  count_
+/// @cond
+#define TAPEGRAD_OP(name) name,
+#include "tapegrad/op_list.hpp"
+#undef TAPEGRAD_OP
+/// @endcond
+  count_  ///< not an op: the number of kinds
 };
 /// Number of op kinds (the size of tables indexed by OpKind).
 inline constexpr int kOpCount = static_cast<int>(OpKind::count_);

@@ -5,7 +5,7 @@
 /// Only the command line (tools/), tests and benchmarks set these; library code reads them at most.
 /// Defaults come from the environment at first use: TAPEGRAD_THREADS (else the OpenMP default) and
 /// TAPEGRAD_ARCH (else the best instruction set the CPU has; it may only lower the choice).
-/// Implemented in kernels/runtime.cpp.
+/// Implemented in src/tensor/runtime.cpp on top of the kernels' own settings (kernels/runtime.hpp).
 #pragma once
 
 #include <cstdint>

@@ -5,13 +5,14 @@
 #include <sstream>
 
 #include "tapegrad/autograd.hpp"
-#include "tapegrad/ops.hpp"
 
 namespace tapegrad {
 
 namespace {
 
 // L = sum(out * W): a scalar whose gradient reaches every output element with a different weight.
+// The analytic pass seeds d(out) = W, which is dL/d(out), so it needs no op of its own (autograd
+// sits below the ops).
 double weighted_sum(const Tensor& out, const std::vector<double>& w) {
   const std::vector<double> v = out.to_vector();
   double acc = 0;
@@ -48,7 +49,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (const TapeEntry& e : tape.entries()) seen.insert(e.op);
   res.ops_seen.assign(seen.begin(), seen.end());
   if (!out.requires_grad()) throw Error(who + ": output does not depend on any input that requires grad");
-  backward(sum(mul(out, w)));
+  backward(out, w);
 
   // Numeric pass.
   NoGrad no_grad;

@@ -10,21 +10,13 @@
 namespace tapegrad {
 
 namespace {
-constexpr std::array<const char*, kOpCount> kOpNames = {
-    "add", "sub", "mul", "div", "pow", "neg", "add_scalar", "mul_scalar", "pow_scalar",
-    "exp", "log", "sqrt", "abs", "tanh", "sigmoid", "relu", "gelu_tanh", "gelu_exact", "softplus",
-    "matmul", "linear", "permute", "reshape", "contiguous", "concat", "narrow",
-    "sum_axis", "sum_all", "max_axis",
-    "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout", "where",
-    "gru_cell", "additive_score", "scaled_dot_product_attention", "custom",
+// op_name's table, generated from the same rows as OpKind, so entry i is the name of kind i.
+constexpr std::array kOpNames = {
+#define TAPEGRAD_OP(name) #name,
+#include "tapegrad/op_list.hpp"
+#undef TAPEGRAD_OP
 };
-// Fails to compile if an OpKind was added without its name (the array would have an empty slot).
-constexpr bool all_named() {
-  for (const char* n : kOpNames)
-    if (n == nullptr) return false;
-  return true;
-}
-static_assert(all_named(), "every OpKind needs a name in kOpNames");
+static_assert(kOpNames.size() == size_t(kOpCount), "OpKind and kOpNames come from one op list");
 
 thread_local Tape t_default_tape;
 thread_local Tape* t_current_tape = &t_default_tape;

@@ -9,7 +9,6 @@
 #include <numeric>
 #include <tuple>
 
-#include "kernels/nd_index.hpp"
 #include "src/ops/op_util.hpp"
 
 namespace tapegrad {
@@ -49,45 +48,16 @@ Shape batch_strides(const Tensor& t, const Shape& batch) {
   return s;
 }
 
-// C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for every index b of `batch`, with C strided by
+// C[b] = op(A[b]) op(B[b]) + beta * C[b] for every index b of `batch`, with C strided by
 // `c_strides` (0 on dims being summed over, in which case beta must be 1 and C pre-initialised).
+// The kernels merge the batch dims and pick the batched GEMM (kernels::gemm_nd_batched).
 template <class T>
 void gemm_over_batch(const Shape& batch, const MatrixOperand& A, const MatrixOperand& B, T* C, int64_t ldc,
                      const Shape& c_strides, T beta) {
-  const int64_t M = A.rows, K = A.cols, N = B.cols;
   const Shape sa = batch_strides(A.t, batch), sb = batch_strides(B.t, batch);
-  const T* a0 = A.t.data<T>();
-  const T* b0 = B.t.data<T>();
-  if (batch.ndim() == 0) {
-    kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a0, A.ld, b0, B.ld, beta, C, ldc);
-    return;
-  }
-  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the
-  // longest one becomes a batched GEMM (which splits its matrices across the threads), the others
-  // a loop. Attention's heads split off the feature axis do not merge with the batch ([B,H] with
-  // strides T*3C and d): batching the 4 heads and looping over 64 sequences ran on one thread.
-  // Each matrix is computed the same way wherever it sits, so the choice changes no result; with
-  // a summed dim (C stride 0) the dims keep their order, which fixes the order of the sum.
-  const int64_t* strides[] = {sa.data(), sb.data(), c_strides.data()};
-  kernels::nd::Space s = kernels::nd::coalesce(batch.ndim(), batch.data(), 3, strides);
-  if (s.total == 0) return;
-  const int last = s.ndim - 1;
-  if (std::none_of(s.stride[2], s.stride[2] + s.ndim, [](int64_t st) { return st == 0; })) {
-    const int longest = int(std::max_element(s.shape, s.shape + s.ndim) - s.shape);
-    std::swap(s.shape[longest], s.shape[last]);
-    for (auto& op : s.stride) std::swap(op[longest], op[last]);
-  }
-  const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
-  kernels::nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
-    const T *a = a0 + off[0], *b = b0 + off[1];
-    if (dc == 0 && n > 1) {  // summing over this dim: accumulate one by one
-      for (int64_t k = 0; k < n; ++k)
-        kernels::gemm<T>(A.trans, B.trans, M, N, K, T(1), a + k * da, A.ld, b + k * db, B.ld, beta, C + off[2], ldc);
-    } else {
-      kernels::gemm_batched<T>(n, A.trans, B.trans, M, N, K, T(1), a, A.ld, da, b, B.ld, db, beta, C + off[2], ldc,
-                               dc);
-    }
-  });
+  kernels::gemm_nd_batched<T>(batch.ndim(), batch.data(), A.trans, B.trans, A.rows, B.cols, A.cols, T(1),
+                              A.t.data<T>(), A.ld, sa.data(), B.t.data<T>(), B.ld, sb.data(), beta, C, ldc,
+                              c_strides.data());
 }
 
 // A [.., M, K] that is row-major with its batch dims stacked on its rows, viewed as one [rows, K]

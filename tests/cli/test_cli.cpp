@@ -177,7 +177,7 @@ TEST_CASE("examples for a checkpoint: its task's samples, a TSV in its vocabular
   CHECK(tsv.examples[0].src == m.vocab.encode({"a", "b", "c"}));
   CHECK(tsv.examples[1].src[1] == data::kUnk);
   // A checkpoint trained on a TSV file needs one (or a task) to be given.
-  m.options.train_file = dir + "/train.tsv";
+  m.options.train = dir + "/train.tsv";
   CHECK_THROWS_WITH(train::examples_for_checkpoint(m, {"", "", std::nullopt, 3, 1}, "--checkpoint run"),
                     Catch::StartsWith("--checkpoint run: this checkpoint was trained on " + dir + "/train.tsv"));
   fs::remove_all(dir);

@@ -2,6 +2,7 @@
 // gradcheck itself catches wrong gradients, forward values match closed forms, bad input errors.
 // The gradcheck rows themselves (one per op case, with shapes and tolerances) live in the library, in
 // src/ops/op_checks.cpp, so `tapegrad gradcheck` prints the same table this test runs.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
@@ -21,10 +22,18 @@ TEST_CASE("every registered op passes its float64 gradient check", "[ops][gradch
   }
 }
 
-TEST_CASE("the registry exercises every op kind", "[ops][gradcheck]") {
+TEST_CASE("the registry exercises every op kind, and a row named after a kind records that kind",
+          "[ops][gradcheck]") {
   std::set<OpKind> seen;
-  for (const OpCheck& check : op_checks())
-    for (OpKind k : run_op_check(check).ops_seen) seen.insert(k);
+  for (const OpCheck& check : op_checks()) {
+    const std::vector<OpKind> recorded = run_op_check(check).ops_seen;
+    seen.insert(recorded.begin(), recorded.end());
+    for (int i = 0; i < kOpCount; ++i)
+      if (check.name == op_name(OpKind(i))) {
+        CAPTURE(check.name, check.shapes);
+        CHECK(std::count(recorded.begin(), recorded.end(), OpKind(i)) == 1);
+      }
+  }
   for (int i = 0; i < kOpCount; ++i) {
     if (OpKind(i) == OpKind::custom) continue;  // no function of its own: tests/autograd checks record_custom
     CAPTURE(op_name(OpKind(i)));
