@@ -144,45 +144,6 @@ std::vector<std::string> metrics_column(const std::string& run_dir, size_t col) 
 
 }  // namespace
 
-TEST_CASE("examples for a checkpoint: its task's samples, a TSV in its vocabulary, or a clear refusal",
-          "[cli][examples]") {
-  // Only the vocabulary and the options of a loaded checkpoint matter here, not its model.
-  train::LoadedModel m;
-  m.options.task = "reverse";
-  m.options.task_options = {3, 6, 5};
-  m.vocab = data::make_task("reverse", m.options.task_options)->vocab();
-  // The checkpoint's own task, sampled from the seed.
-  const auto own = train::examples_for_checkpoint(m, {"", "", std::nullopt, 7, 42}, "eval");
-  Generator gen(42);
-  const auto expected = data::make_task("reverse", m.options.task_options)->sample_many(gen, 7);
-  REQUIRE(own.examples.size() == 7);
-  for (size_t i = 0; i < 7; ++i) CHECK(own.examples[i].src == expected[i].src);
-  CHECK(own.tokenization == data::Tokenization::chars);
-  // Other lengths (same vocabulary) and another task of the same vocabulary are fine.
-  const auto longer = train::examples_for_checkpoint(m, {"", "copy", data::TaskOptions{8, 8, 5}, 3, 1}, "eval");
-  REQUIRE(longer.examples.size() == 3);
-  CHECK(longer.examples[0].src.size() == 8);
-  CHECK(longer.examples[0].tgt == longer.examples[0].src);
-  // A task whose vocabulary differs (digits and '?') is refused, naming the task.
-  CHECK_THROWS_WITH(train::examples_for_checkpoint(m, {"", "recall", std::nullopt, 3, 1}, "eval"),
-                    Catch::StartsWith("eval: task 'recall'") && Catch::Contains("different vocabulary"));
-  CHECK_THROWS_WITH(train::examples_for_checkpoint(m, {"", "", data::TaskOptions{3, 6, 7}, 3, 1}, "eval"),
-                    Catch::Contains("different vocabulary"));
-  // A TSV is read in the checkpoint's tokenisation and vocabulary; unknown tokens become <unk>.
-  const std::string dir = temp_dir("examples");
-  fs::create_directories(dir);
-  std::ofstream(dir + "/pairs.tsv") << "abc\tcba\nazb\tbza\n";
-  const auto tsv = train::examples_for_checkpoint(m, {dir + "/pairs.tsv", "", std::nullopt, 1, 0}, "eval");
-  REQUIRE(tsv.examples.size() == 2);  // every pair, whatever the count
-  CHECK(tsv.examples[0].src == m.vocab.encode({"a", "b", "c"}));
-  CHECK(tsv.examples[1].src[1] == data::kUnk);
-  // A checkpoint trained on a TSV file needs one (or a task) to be given.
-  m.options.train = dir + "/train.tsv";
-  CHECK_THROWS_WITH(train::examples_for_checkpoint(m, {"", "", std::nullopt, 3, 1}, "--checkpoint run"),
-                    Catch::StartsWith("--checkpoint run: this checkpoint was trained on " + dir + "/train.tsv"));
-  fs::remove_all(dir);
-}
-
 TEST_CASE("--schedule constant is constant unless --warmup is given; a resume keeps the stored warm-up",
           "[cli][schedule]") {
   const std::string dir = temp_dir("constant");
