@@ -284,5 +284,8 @@ void check_model_loadable(const io::SafetensorsFile& model_file);
 void check_training_state(const io::SafetensorsFile& optimizer_file);
 /// Its 'generator' entry: exactly 4 comma-separated unsigned 64-bit decimal words, not all zero.
 std::vector<uint64_t> generator_state(const io::SafetensorsFile& optimizer_file);
+/// Restores `optimizer` from an optimizer file's state tensors (after check_training_state); a tensor
+/// missing or of another shape than the optimizer's throws IoError naming the file and the tensor.
+void load_optimizer_state(optim::Optimizer& optimizer, const io::SafetensorsFile& optimizer_file);
 
 }  // namespace tapegrad::train

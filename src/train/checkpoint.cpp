@@ -232,6 +232,16 @@ std::vector<uint64_t> generator_state(const io::SafetensorsFile& f) {
   return words;
 }
 
+void load_optimizer_state(optim::Optimizer& optimizer, const io::SafetensorsFile& f) {
+  try {
+    optimizer.load_state_tensors(f.tensors);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(f.path + ": " + e.what());
+  }
+}
+
 void write_checkpoint_files(const Session& s, const std::string& dir, const std::function<void()>& between) {
   const std::string step = std::to_string(s.step);
   nn::save(*s.model, dir + "/model.safetensors",
@@ -266,13 +276,7 @@ void restore_training_state(Session& s, const io::SafetensorsFile& f) {
                   std::to_string(s.step) + " (an interrupted save?)");
   if (meta(f, "optimizer") != s.options.optimizer)
     throw IoError(f.path + ": optimizer is '" + meta(f, "optimizer") + "', the run uses '" + s.options.optimizer + "'");
-  try {
-    s.optimizer->load_state_tensors(f.tensors);
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw IoError(f.path + ": " + e.what());
-  }
+  load_optimizer_state(*s.optimizer, f);
   s.model->generator().set_state(generator_state(f));
 }
 

@@ -74,13 +74,7 @@ StepSubject checkpoint_subject(const std::string& dir, const std::string& valid,
   subject.optimizer = train::make_optimizer(m.options, m.model->named_parameters());
   const io::SafetensorsFile state = io::load_safetensors(m.optimizer_path);
   train::check_training_state(state);
-  try {
-    subject.optimizer->load_state_tensors(state.tensors);
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw IoError(state.path + ": " + e.what());
-  }
+  train::load_optimizer_state(*subject.optimizer, state);
   subject.step = m.step + 1;
   subject.description = std::string(models::model_name(m.model->config().kind)) + " from " + dir + " (step " +
                         std::to_string(m.step) + ") with " + std::to_string(m.model->parameter_count()) +
