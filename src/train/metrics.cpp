@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::train {
@@ -40,14 +41,12 @@ std::vector<std::string> fields(const std::string& line) {
   return out;
 }
 
-// The shortest decimal that reads back as the same double.
-std::string exact(double v) {
-  char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  return std::string(buf, end);
-}
-
 }  // namespace
+
+std::string exact_decimal(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
 
 std::string metrics_header() {
   std::string h = "step";
@@ -59,7 +58,7 @@ std::string metrics_line(const MetricsRow& row) {
   std::string line = std::to_string(row.step);
   for (const Column& c : kColumns) {
     line += ',';
-    if (!std::isnan(row.*c.member)) line += exact(row.*c.member);
+    if (!std::isnan(row.*c.member)) line += exact_decimal(row.*c.member);
   }
   return line;
 }

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "src/train/option_field.hpp"
+#include "src/train/train_internal.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::train {
@@ -24,12 +25,6 @@ std::string number(double v) {  // as ranges are written: 1e+30, 0.001
   std::ostringstream os;
   os << v;
   return os.str();
-}
-
-// The shortest decimal that reads back as the same double: values compare and print exactly.
-std::string exact(double v) {
-  char buf[32];
-  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 
 // A field reached through `Get`, a captureless lambda `(auto& o) -> auto&` (so one works on const and
@@ -101,7 +96,7 @@ struct RealField : FieldBase<Get> {
   bool lo_open, hi_open;
   RealField(double lo_, double hi_, bool lo_open_, bool hi_open_)
       : lo(lo_), hi(hi_), lo_open(lo_open_), hi_open(hi_open_) {}
-  std::string text(const TrainOptions& o) const override { return exact(R::of(o)); }
+  std::string text(const TrainOptions& o) const override { return exact_decimal(R::of(o)); }
   bool parse(TrainOptions& o, const std::string& text) const override {
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);

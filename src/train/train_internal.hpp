@@ -19,6 +19,10 @@ std::string first_nonfinite(const optim::ParamList& named, bool of_grads);
 // Checkpoints store --train/--valid this way, so a run resumes from any working directory.
 std::string absolute_path(const std::string& path);
 
+// The shortest decimal that reads back as the same double (metrics.csv, the option table's values):
+// every bit of a figure is kept and equal values print alike. Defined in metrics.cpp.
+std::string exact_decimal(double v);
+
 // Writes model.safetensors, calls `between`, then writes optimizer.safetensors, into `dir`.
 void write_checkpoint_files(const Session& session, const std::string& dir, const std::function<void()>& between);
 
