@@ -155,6 +155,10 @@ struct TextPair {
   std::vector<std::string> src, tgt;
   /// @}
   int64_t line = 0;  ///< 1-based line in its file, for messages
+  /// The two sides as written in the file (what BLEU scores against).
+  /// @{
+  std::string src_text, tgt_text;
+  /// @}
 };
 /// Reads `source<TAB>target` lines. Every line is data: there are no comment lines (a source may
 /// start with '#'). Blank (whitespace-only) lines are skipped and counted in *blank_lines, which

@@ -65,7 +65,8 @@ std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t*
     if (tabs > 1) throw IoError(expected + std::to_string(tabs) + " tabs in " + quote_line(line));
     if (const int64_t bad = first_invalid_utf8(line); bad >= 0)
       throw IoError(at + "invalid UTF-8 at byte " + std::to_string(bad + 1) + " of the line");
-    TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t), lineno};
+    TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t), lineno, line.substr(0, tab),
+               line.substr(tab + 1)};
     if (p.src.empty()) throw IoError(expected + "an empty source in " + quote_line(line));
     if (p.tgt.empty()) throw IoError(expected + "an empty target in " + quote_line(line));
     // A word spelling a special (e.g. "<eos>") would silently become that id and end or pad the sequence.

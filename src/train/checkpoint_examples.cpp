@@ -11,7 +11,9 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   CheckpointExamples out;
   if (!source.tsv.empty()) {
     out.tokenization = m.options.tokens;
-    out.examples = data::encode_pairs(data::read_tsv(source.tsv, out.tokenization), m.vocab);
+    const std::vector<data::TextPair> pairs = data::read_tsv(source.tsv, out.tokenization);
+    out.examples = data::encode_pairs(pairs, m.vocab);
+    for (const auto& p : pairs) out.target_text.push_back(p.tgt_text);
     return out;
   }
   if (source.task.empty() && !m.options.train.empty())
@@ -27,6 +29,7 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   out.tokenization = task->tokenization();
   Generator gen(source.seed);
   out.examples = task->sample_many(gen, source.count);
+  for (const auto& e : out.examples) out.target_text.push_back(data::detokenize(task->vocab().decode(e.tgt), out.tokenization));
   return out;
 }
 

@@ -252,6 +252,7 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
       for (size_t k = 0; k < want.size(); ++k) correct += k < got.size() && got[k] == want[k];
       tokens += int64_t(want.size());
       exact += got == want;
+      r.outputs.push_back(data::detokenize(vocab.decode(got), tok));
       if (int(r.samples.size()) < samples)
         r.samples.push_back(data::detokenize(vocab.decode(chunk[i].src), tok) + " -> " +
                             data::detokenize(vocab.decode(got), tok) + "   (target " +
