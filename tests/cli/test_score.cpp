@@ -1,6 +1,7 @@
 // `tapegrad score` against an independent implementation (NLTK's corpus_bleu, from Debian's
 // python3-nltk, on text tokenised by a 13a regex written in the Python script), its error lines, and the
 // scores `eval --bleu` prints for a checkpoint; `translate` writes one line per input line.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
@@ -79,7 +80,10 @@ Corpus make_corpus(int lines) {
       if (roll == 0) continue;                       // a word dropped
       h.push_back(roll == 1 ? words[next(words.size())] : r[k]);  // or replaced
       if (roll == 2) h.push_back(r[k]);             // or repeated
-      sparse.push_back(k % 2 ? "zz" + std::to_string(k) : r[k]);  // unigram matches only
+      // Unigram matches only: a plain word at every other position (13a splits punctuation into
+      // tokens of their own, which would make bigrams).
+      const bool plain = std::all_of(r[k].begin(), r[k].end(), [](char ch) { return ch >= 'a' && ch <= 'z'; });
+      sparse.push_back(k % 2 == 0 && plain ? r[k] : "zz" + std::to_string(k));
     }
     if (i % 3 == 0) r2.erase(r2.begin());  // a second reference, a word shorter
     if (i % 4 == 0) h.insert(h.end(), {"more", "words"});  // a hypothesis longer than its reference
