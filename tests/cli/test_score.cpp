@@ -216,6 +216,12 @@ TEST_CASE("eval --bleu scores the outputs against the TSV's target text as writt
   CHECK(s.out == bleu_line.str() + chrf_line.str());
   std::ifstream hyp(dir + "/hyp.txt");
   CHECK(std::count(std::istreambuf_iterator<char>(hyp), {}, '\n') == 8);
+  const Run j = run("eval --checkpoint " + ckpt + " --valid " + dir + "/valid.tsv --bleu --json");
+  REQUIRE(j.code == 0);
+  const auto o = nlohmann::json::parse(j.out);
+  CHECK_THAT(bleu_line.str(), Catch::Contains(std::to_string(o["bleu"]["hyp_len"].get<int64_t>())));
+  CHECK(o["decoding"] == "greedy");
+  CHECK(o["chrf"]["name"] == "chrF2");
   // Beam search with a length penalty scores too.
   const Run b = run("eval --checkpoint " + ckpt + " --valid " + dir + "/valid.tsv --bleu --beam 3 --length-penalty 1");
   REQUIRE(b.code == 0);
