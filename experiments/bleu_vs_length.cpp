@@ -96,11 +96,14 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
     if (!std::filesystem::exists(dir + "/" + split + ".tsv"))
       throw Error("bleu-vs-length: no " + dir + "/" + split + ".tsv (build it with `tools/run corpus bible-es-en`, "
                   "or give --corpus DIR holding train.tsv, valid.tsv and test.tsv)");
-  const std::vector<data::TextPair> test = data::read_tsv(dir + "/test.tsv", kTokens);
+  const data::TsvText test = data::read_tsv_text(dir + "/test.tsv");
+  // Positions for the Transformer: the longest side in characters bounds its length in any tokens.
   int64_t longest = 0;
-  for (const auto* split : {"train", "valid", "test"})
-    for (const auto& p : data::read_tsv(dir + "/" + split + ".tsv", kTokens))
-      longest = std::max<int64_t>(longest, std::max(p.src.size(), p.tgt.size()));
+  for (const auto* split : {"train", "valid", "test"}) {
+    const data::TsvText text = data::read_tsv_text(dir + "/" + split + ".tsv");
+    for (const auto* side : {&text.src, &text.tgt})
+      for (const std::string& s : *side) longest = std::max<int64_t>(longest, int64_t(s.size()));
+  }
   const int64_t steps = opts.steps > 0 ? opts.steps : (opts.quick ? 30 : 6000);
   const int64_t batch_size = opts.quick ? 8 : 32;
   const int64_t sweep_steps = std::max<int64_t>(steps / 5, 1);
@@ -108,10 +111,10 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   Options seeded = opts;
   if (seeded.seeds == 0 && !opts.quick) seeded.seeds = 2;
   const std::vector<uint64_t> seeds = seed_list(seeded);
-  const std::vector<ModelArm> arms = model_arms(opts.quick, longest + 16);
+  const std::vector<ModelArm> arms = model_arms(opts.quick, longest + 2);
 
   std::vector<int64_t> pairs_in_bin(kBins.size(), 0);
-  for (const auto& p : test) ++pairs_in_bin[bin_of(word_count(p.src_text))];
+  for (const std::string& src : test.src) ++pairs_in_bin[bin_of(word_count(src))];
 
   const int total_runs = int(arms.size() * (lrs.size() + seeds.size()));
   int index = 0;
@@ -145,17 +148,21 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
       const std::string what = arm.name + " seed " + std::to_string(seed) + " lr " + fmt_sig(lr, 2);
       Trained t = train_logged(tsv_options(arm.config, dir, steps, batch_size, lr, seed, opts.threads), what, ++index,
                                total_runs, cb);
-      const train::EvalResult r = train::evaluate(*t.session.model, t.session.vocab, kTokens,
-                                                  data::encode_pairs(test, t.session.vocab), 64, longest + 8, 0);
-      std::vector<std::string> refs;
-      for (const auto& p : test) refs.push_back(p.tgt_text);
+      // The test split in the run's own tokens (SentencePiece: the model trained on its training split).
+      const data::Tokenizer& tokenizer = *t.session.tokenizer;
+      const std::vector<data::Example> examples =
+          data::encode_pairs(data::tokenize_tsv(test, tokenizer, dir + "/test.tsv"), t.session.vocab);
+      int64_t decode_len = t.session.options.decode_max_len;  // training's: longest train/valid target + 8
+      for (const auto& e : examples) decode_len = std::max<int64_t>(decode_len, int64_t(e.tgt.size()) + 8);
+      const train::EvalResult r = train::evaluate(*t.session.model, t.session.vocab, tokenizer, examples, 64, decode_len, 0);
+      const std::vector<std::string>& refs = test.tgt;
       const double all = data::corpus_bleu(r.outputs, {refs}).score;
       const double chrf = data::corpus_chrf(r.outputs, {refs}).score;
       overall[arm.name].push_back(all);
       for (size_t b = 0; b < kBins.size(); ++b) {
         std::vector<std::string> hyp_bin, ref_bin;
-        for (size_t i = 0; i < test.size(); ++i)
-          if (bin_of(word_count(test[i].src_text)) == b) hyp_bin.push_back(r.outputs[i]), ref_bin.push_back(refs[i]);
+        for (size_t i = 0; i < test.src.size(); ++i)
+          if (bin_of(word_count(test.src[i])) == b) hyp_bin.push_back(r.outputs[i]), ref_bin.push_back(refs[i]);
         if (hyp_bin.empty()) continue;
         const double score = data::corpus_bleu(hyp_bin, {ref_bin}).score;
         bleu[arm.name][b].push_back(score);

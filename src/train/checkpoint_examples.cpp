@@ -11,9 +11,11 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   CheckpointExamples out;
   if (!source.tsv.empty()) {
     out.tokenization = m.options.tokens;
-    const std::vector<data::TextPair> pairs = data::read_tsv(source.tsv, out.tokenization);
-    out.examples = data::encode_pairs(pairs, m.vocab);
-    for (const auto& p : pairs) out.target_text.push_back(p.tgt_text);
+    // A LoadedModel assembled by hand (not by load_checkpoint) may lack one; chars/whitespace need no model.
+    out.tokenizer = m.tokenizer ? m.tokenizer : data::make_tokenizer(out.tokenization);
+    const data::TsvText text = data::read_tsv_text(source.tsv);
+    out.examples = data::encode_pairs(data::tokenize_tsv(text, *out.tokenizer, source.tsv), m.vocab);
+    out.target_text = text.tgt;
     return out;
   }
   if (source.task.empty() && !m.options.train.empty())
@@ -27,9 +29,11 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     throw Error(what + ": task '" + name +
                 "' with these options has a different vocabulary than the checkpoint");
   out.tokenization = task->tokenization();
+  out.tokenizer = data::make_tokenizer(out.tokenization);
   Generator gen(source.seed);
   out.examples = task->sample_many(gen, source.count);
-  for (const auto& e : out.examples) out.target_text.push_back(data::detokenize(task->vocab().decode(e.tgt), out.tokenization));
+  for (const auto& e : out.examples)
+    out.target_text.push_back(out.tokenizer->detokenize(task->vocab().decode(e.tgt), data::Side::target));
   return out;
 }
 

@@ -161,16 +161,18 @@ Session make_session(const TrainOptions& requested_options) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
     o.tokens = s.task->tokenization();
+    s.tokenizer = data::make_tokenizer(o.tokens);
     Generator vg = Generator::derive(o.seed ^ kValidStream, 0);
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    const auto train_pairs = data::read_tsv(o.train, o.tokens, &s.blank_lines);
+    s.tokenizer = data::make_tokenizer(o.tokens);
+    const auto train_pairs = data::read_tsv(o.train, *s.tokenizer, &s.blank_lines);
     check_lengths(train_pairs, o.train, o.model.max_len);
     std::vector<data::TextPair> valid_pairs;
     std::vector<data::TextPair> kept = train_pairs;
     size_t n_valid = 0;
     if (!o.valid.empty()) {
-      valid_pairs = data::read_tsv(o.valid, o.tokens, &s.blank_lines);
+      valid_pairs = data::read_tsv(o.valid, *s.tokenizer, &s.blank_lines);
       check_lengths(valid_pairs, o.valid, o.model.max_len);
     } else {
       // Hold out a seeded random fraction of the training file.
@@ -228,6 +230,12 @@ Session make_session(const TrainOptions& requested_options) {
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
                     int samples) {
+  return evaluate(model, vocab, *data::make_tokenizer(tok), examples, batch_size, max_len, samples);
+}
+
+EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data::Tokenizer& tokenizer,
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
+                    int samples) {
   EvalResult r;
   r.examples = int64_t(examples.size());
   if (examples.empty()) return r;
@@ -252,11 +260,11 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
       for (size_t k = 0; k < want.size(); ++k) correct += k < got.size() && got[k] == want[k];
       tokens += int64_t(want.size());
       exact += got == want;
-      r.outputs.push_back(data::detokenize(vocab.decode(got), tok));
+      r.outputs.push_back(tokenizer.detokenize(vocab.decode(got), data::Side::target));
       if (int(r.samples.size()) < samples)
-        r.samples.push_back(data::detokenize(vocab.decode(chunk[i].src), tok) + " -> " +
-                            data::detokenize(vocab.decode(got), tok) + "   (target " +
-                            data::detokenize(vocab.decode(want), tok) + ")");
+        r.samples.push_back(tokenizer.detokenize(vocab.decode(chunk[i].src), data::Side::source) + " -> " +
+                            tokenizer.detokenize(vocab.decode(got), data::Side::target) + "   (target " +
+                            tokenizer.detokenize(vocab.decode(want), data::Side::target) + ")");
     }
   }
   r.loss = loss_tokens ? loss_sum / double(loss_tokens) : 0;
@@ -286,7 +294,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
     if (!writer) return;
-    const EvalResult r = evaluate(*s.model, s.vocab, o.tokens, s.valid_examples, 256, o.decode_max_len);
+    const EvalResult r = evaluate(*s.model, s.vocab, *s.tokenizer, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       MetricsRow row;
       row.step = step, row.valid_loss = r.loss, row.valid_token_accuracy = r.token_accuracy;
