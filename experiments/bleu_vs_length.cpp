@@ -28,16 +28,22 @@ namespace {
 // vocabulary size in run_options below) when the SentencePiece tokenizer is available.
 constexpr data::Tokenization kTokens = data::Tokenization::whitespace;
 
-// Source-length bins in words (the last is open-ended).
-const std::vector<std::pair<int, int>> kBins = {{1, 10}, {11, 20}, {21, 30}, {31, 40}, {41, 50}, {51, 1 << 30}};
+// Source-length bins in words (the last is open-ended): the default edges; bleu_vs_length merges a sparse
+// last bin into the one before.
+using Bins = std::vector<std::pair<int, int>>;
+constexpr int kOpen = 1 << 30;
+const Bins kDefaultBins = {{1, 10}, {11, 20}, {21, 30}, {31, 40}, {41, 50}, {51, kOpen}};
+// A full run's longest bin needs enough pairs for its BLEU to mean something (corpus BLEU over a
+// handful of sentences swings by many points); --quick keeps every bin.
+constexpr int64_t kMinPairsInLastBin = 30;
 
-std::string bin_name(size_t b) {
-  return kBins[b].second >= (1 << 30) ? std::to_string(kBins[b].first) + "+" : range_name(kBins[b].first, kBins[b].second);
+std::string bin_name(const Bins& bins, size_t b) {
+  return bins[b].second >= kOpen ? std::to_string(bins[b].first) + "+" : range_name(bins[b].first, bins[b].second);
 }
 
-size_t bin_of(int64_t words) {
-  for (size_t b = 0; b < kBins.size(); ++b)
-    if (words >= kBins[b].first && words <= kBins[b].second) return b;
+size_t bin_of(const Bins& bins, int64_t words) {
+  for (size_t b = 0; b < bins.size(); ++b)
+    if (words >= bins[b].first && words <= bins[b].second) return b;
   return 0;  // an empty source (read_tsv refuses those)
 }
 
@@ -113,8 +119,17 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   const std::vector<uint64_t> seeds = seed_list(seeded);
   const std::vector<ModelArm> arms = model_arms(opts.quick, longest + 2);
 
-  std::vector<int64_t> pairs_in_bin(kBins.size(), 0);
-  for (const std::string& src : test.src) ++pairs_in_bin[bin_of(word_count(src))];
+  // The bins: the default edges, the open last bin merged into the one before while it holds fewer
+  // than kMinPairsInLastBin test pairs (so "41+" rather than a "51+" of 14 verses).
+  Bins bins = kDefaultBins;
+  std::vector<int64_t> pairs_in_bin;
+  for (;;) {
+    pairs_in_bin.assign(bins.size(), 0);
+    for (const std::string& src : test.src) ++pairs_in_bin[bin_of(bins, word_count(src))];
+    if (opts.quick || bins.size() <= 2 || pairs_in_bin.back() >= kMinPairsInLastBin) break;  // two bins at least
+    bins.pop_back();
+    bins.back().second = kOpen;
+  }
 
   const int total_runs = int(arms.size() * (lrs.size() + seeds.size()));
   int index = 0;
@@ -142,7 +157,7 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   std::map<std::string, std::vector<std::vector<double>>> bleu;
   std::map<std::string, std::vector<double>> overall;
   for (const ModelArm& arm : arms) {
-    bleu[arm.name].assign(kBins.size(), {});
+    bleu[arm.name].assign(bins.size(), {});
     for (uint64_t seed : seeds) {
       const double lr = chosen_lr[arm.name];
       const std::string what = arm.name + " seed " + std::to_string(seed) + " lr " + fmt_sig(lr, 2);
@@ -159,14 +174,14 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
       const double all = data::corpus_bleu(r.outputs, {refs}).score;
       const double chrf = data::corpus_chrf(r.outputs, {refs}).score;
       overall[arm.name].push_back(all);
-      for (size_t b = 0; b < kBins.size(); ++b) {
+      for (size_t b = 0; b < bins.size(); ++b) {
         std::vector<std::string> hyp_bin, ref_bin;
         for (size_t i = 0; i < test.src.size(); ++i)
-          if (bin_of(word_count(test.src[i])) == b) hyp_bin.push_back(r.outputs[i]), ref_bin.push_back(refs[i]);
+          if (bin_of(bins, word_count(test.src[i])) == b) hyp_bin.push_back(r.outputs[i]), ref_bin.push_back(refs[i]);
         if (hyp_bin.empty()) continue;
         const double score = data::corpus_bleu(hyp_bin, {ref_bin}).score;
         bleu[arm.name][b].push_back(score);
-        report.table.add({"bleu-vs-length", arm.name, std::to_string(seed), fmt_sig(lr, 2), bin_name(b), std::to_string(pairs_in_bin[b]),
+        report.table.add({"bleu-vs-length", arm.name, std::to_string(seed), fmt_sig(lr, 2), bin_name(bins, b), std::to_string(pairs_in_bin[b]),
                           fmt(score, 2), fmt(all, 2), fmt(chrf, 2)});
       }
       if (cb.log) cb.log("  " + what + ": test BLEU " + fmt(all, 2) + ", chrF2 " + fmt(chrf, 2));
@@ -176,16 +191,16 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   Figure fig = line_figure("bleu_vs_length.png", "Test BLEU by source length (mean of " + std::to_string(seeds.size()) +
                            " seed(s), bars min-max)", "source length (words; bin midpoint)", "BLEU");
   size_t longest_bin = 0;
-  for (size_t b = 0; b < kBins.size(); ++b)
+  for (size_t b = 0; b < bins.size(); ++b)
     if (pairs_in_bin[b] > 0) longest_bin = b;
   for (const ModelArm& arm : arms) {
     Series s;
     s.label = arm.name;
-    for (size_t b = 0; b < kBins.size(); ++b) {
+    for (size_t b = 0; b < bins.size(); ++b) {
       if (bleu[arm.name][b].empty()) continue;
       const Spread sp = spread(bleu[arm.name][b]);
-      report.aggregate.add({arm.name, bin_name(b), std::to_string(pairs_in_bin[b]), fmt_spread(sp, 2)});
-      s.x.push_back(b + 1 < kBins.size() ? 0.5 * (kBins[b].first + kBins[b].second) : kBins[b].first + 4.5);
+      report.aggregate.add({arm.name, bin_name(bins, b), std::to_string(pairs_in_bin[b]), fmt_spread(sp, 2)});
+      s.x.push_back(b + 1 < bins.size() ? 0.5 * (bins[b].first + bins[b].second) : bins[b].first + 4.5);
       s.y.push_back(sp.mean), s.y_lo.push_back(sp.min), s.y_hi.push_back(sp.max);
     }
     fig.series.push_back(std::move(s));
@@ -196,7 +211,7 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   const Spread vanilla = spread(bleu["rnn"][longest_bin]), attention = spread(bleu["attention-rnn"][longest_bin]);
   const double seed_spread = std::max(vanilla.max - vanilla.min, attention.max - attention.min);
   const double margin = attention.mean - vanilla.mean;
-  report.summary.push_back("attention-rnn vs rnn on the longest bin (" + bin_name(longest_bin) + ", " +
+  report.summary.push_back("attention-rnn vs rnn on the longest bin (" + bin_name(bins, longest_bin) + ", " +
                            std::to_string(pairs_in_bin[longest_bin]) + " pairs): BLEU " + fmt(attention.mean, 2) +
                            " vs " + fmt(vanilla.mean, 2) + ", margin " + fmt(margin, 2) + " against the seeds' spread " +
                            fmt(seed_spread, 2) + ": " +
