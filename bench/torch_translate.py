@@ -25,7 +25,9 @@ Exactly as tapegrad (the code read for each):
     (Session::examples_for_step); --batch-tokens N (batch_tokens in the config) cuts each epoch's
     permutation into pools, sorts each pool by length and takes as many examples per batch as fit N
     padded positions (batch size x the longer of the longest source and the longest target + 1), then
-    shuffles the epoch's batches;
+    shuffles the epoch's batches (the cost is --batch-tokens' definition in `tapegrad train --help`; the
+    pools of --batch-tokens-pool mean batches and the shuffle are this replica's reading of "length
+    bucketing", written before tapegrad's bucketing code existed: check them against it);
   - greedy decoding up to decode_max_len (and max_len - 1) tokens, stopping at <eos>, decoded with
     SentencePiece.
 Only statistically the same: every random draw (initial values, the epoch permutations, the order of
