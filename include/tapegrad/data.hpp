@@ -24,15 +24,38 @@ namespace tapegrad::data {
 inline constexpr int32_t kPad = 0, kBos = 1, kEos = 2, kUnk = 3;
 /// @}
 
-/// How text splits into tokens: see tokenize.
-enum class Tokenization { chars, whitespace };
-/// "chars" or "whitespace".
+/// How text splits into tokens: see tokenize (chars, whitespace) and SentencePieceTokenizer.
+enum class Tokenization { chars, whitespace, sentencepiece };
+/// "chars", "whitespace" or "sentencepiece".
 const char* tokenization_name(Tokenization t);
-/// "chars" | "whitespace"; throws Error
+/// "chars" | "whitespace" | "sentencepiece"; throws Error naming the valid ones.
 Tokenization parse_tokenization(const std::string& name);
+
+/// Which side of a pair a text is: per-side SentencePiece models split the two differently. Text
+/// that is not a pair (a language-model corpus) is one side, source.
+enum class Side { source, target };
+
+/// Turns text into tokens (the strings a Vocab maps to ids) and back. Everything that reads or writes
+/// text goes through one: TSV files, evaluation samples, translate, eval. chars and whitespace are
+/// make_tokenizer's; SentencePieceTokenizer splits into subword pieces.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  /// Which scheme this is.
+  virtual Tokenization kind() const = 0;
+  /// The tokens of `text` on `side` (no `<bos>`/`<eos>`).
+  virtual std::vector<std::string> tokenize(const std::string& text, Side side = Side::source) const = 0;
+  /// Joins tokens of `side` back into text (a `<unk>` token stays visible as the tokenizer writes it).
+  virtual std::string detokenize(const std::vector<std::string>& tokens, Side side = Side::source) const = 0;
+};
+
+/// The chars or whitespace tokenizer: exactly data::tokenize / detokenize with `t`. Throws Error for
+/// sentencepiece, which needs a model (SentencePieceTokenizer).
+std::shared_ptr<const Tokenizer> make_tokenizer(Tokenization t);
 
 /// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
 /// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
+/// sentencepiece throws Error (it needs a model: see Tokenizer).
 std::vector<std::string> tokenize(const std::string& line, Tokenization t);
 /// Joins tokens back: concatenated (chars) or space-separated (whitespace).
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
@@ -161,7 +184,23 @@ struct TextPair {
 /// the trainer reports, so nothing is dropped silently. A line
 /// without exactly one tab, with an empty side (no tokens), or with invalid UTF-8 throws IoError
 /// "PATH:LINE: ..."; a missing or unreadable file, or one with no pairs at all, throws IoError "PATH: ...".
+std::vector<TextPair> read_tsv(const std::string& path, const Tokenizer& tokenizer, int64_t* blank_lines = nullptr);
+/// read_tsv with make_tokenizer(t) (chars or whitespace).
 std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines = nullptr);
+/// The lines of a TSV file's sides as read_tsv accepts them, untokenised: what a tokenizer is
+/// trained on. Throws what read_tsv throws for the file's structure.
+struct TsvText {
+  /// Each non-blank line's source and target text, in file order.
+  /// @{
+  std::vector<std::string> src, tgt;
+  /// @}
+  std::vector<int64_t> line;  ///< 1-based line of each pair
+};
+/// Reads `path` into TsvText (blank lines skipped and counted in *blank_lines).
+TsvText read_tsv_text(const std::string& path, int64_t* blank_lines = nullptr);
+/// `text` (read from `path`, which messages name) split by `tokenizer`, source with Side::source and
+/// target with Side::target: the pairs read_tsv returns, with its checks of empty sides and specials.
+std::vector<TextPair> tokenize_tsv(const TsvText& text, const Tokenizer& tokenizer, const std::string& path);
 /// Each pair as ids through vocab.encode (tokens it lacks become kUnk).
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab);
 /// One vocabulary shared by sources and targets: each pair's source tokens, then its target tokens,
@@ -175,8 +214,9 @@ std::string read_text(const std::string& path);
 /// The specials, then every distinct character (code point) of `text` in code-point order: nanoGPT's
 /// sorted(set(text)), each id shifted up by the 4 specials.
 Vocab char_vocab(const std::string& text);
-/// `text` as ids, one per character (tokenize chars; newlines are characters too), through vocab.encode.
-std::vector<int32_t> encode_text(const std::string& text, const Vocab& vocab);
+/// `text` as ids: each line (its newline kept) split by `tokenizer` (chars: one id per character,
+/// newlines too), through vocab.encode.
+std::vector<int32_t> encode_text(const std::string& text, const Vocab& vocab, const Tokenizer& tokenizer);
 /// The block at each offset o as an example without source: tgt = ids[o, o + block + 1) (the inputs
 /// and, shifted by one, the targets). An offset whose block passes the end throws IndexError.
 std::vector<Example> text_blocks(const std::vector<int32_t>& ids, const std::vector<int64_t>& offsets, int64_t block);

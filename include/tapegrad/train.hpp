@@ -183,6 +183,8 @@ class RunDirectory;
 struct Session {
   TrainOptions options;              ///< as given (resumed: the checkpoint's, with the changes allowed)
   data::Vocab vocab;                 ///< the task's, the TSV data's, or the checkpoint's
+  /// How text becomes tokens of `vocab` and back (options.tokens; the task's for a built-in task).
+  std::shared_ptr<const data::Tokenizer> tokenizer;
   std::unique_ptr<data::Task> task;  ///< null for TSV data
   /// TSV data (training empty for a built-in task, which samples each batch) and the held-out examples.
   /// @{
@@ -247,6 +249,9 @@ void train(Session& session, const std::function<void(const StepLog&)>& on_step,
 /// Scores `examples` in batches of `batch_size`: teacher-forced loss and greedy decoding of up to
 /// `max_len` tokens, under NoGrad and in eval mode (the mode is restored afterwards); keeps `samples`
 /// decoded lines.
+EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data::Tokenizer& tokenizer,
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples = 5);
+/// evaluate with data::make_tokenizer(tok) (chars or whitespace: a built-in task's).
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples = 5);
 
@@ -264,6 +269,8 @@ void save_checkpoint(const Session& session, const std::string& dir);
 struct LoadedModel {
   std::unique_ptr<models::Seq2Seq> model;  ///< in eval mode
   data::Vocab vocab;                       ///< its vocabulary
+  /// Its tokenizer (options.tokens; a SentencePiece model comes from the checkpoint itself).
+  std::shared_ptr<const data::Tokenizer> tokenizer;
   TrainOptions options;                    ///< the options it was trained with
   int64_t step = 0;                        ///< steps it was trained for
   std::string optimizer_path;              ///< the optimizer state saved with this model
@@ -286,6 +293,8 @@ struct CheckpointExamples {
   std::vector<data::Example> examples;  ///< Every TSV pair, or `count` task samples.
   /// The TSV's (the checkpoint's) or the task's.
   data::Tokenization tokenization = data::Tokenization::chars;
+  /// The tokenizer of that tokenisation (the checkpoint's own for its TSV).
+  std::shared_ptr<const data::Tokenizer> tokenizer;
 };
 /// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary
 /// (unknown tokens become data::kUnk), or `count` samples of the task from Generator(seed). Throws

@@ -1,4 +1,5 @@
-// Tokenisation: splitting a line into tokens and joining them back, for the two schemes in data.hpp.
+// Tokenisation: splitting a line into tokens and joining them back, for the two schemes that need no
+// model (chars, whitespace), and the Tokenizer that wraps them (SentencePiece's is in sentencepiece.cpp).
 //
 // chars splits at UTF-8 code-point boundaries so that "é" or "日" stays one token; it does not
 // normalise (NFC/NFD) or group combining marks, and it does not validate: a malformed byte becomes a
@@ -18,6 +19,8 @@ const char* tokenization_name(Tokenization t) {
       return "chars";
     case Tokenization::whitespace:
       return "whitespace";
+    case Tokenization::sentencepiece:
+      return "sentencepiece";
   }
   return "?";
 }
@@ -25,7 +28,8 @@ const char* tokenization_name(Tokenization t) {
 Tokenization parse_tokenization(const std::string& name) {
   if (name == "chars") return Tokenization::chars;
   if (name == "whitespace") return Tokenization::whitespace;
-  throw Error("unknown tokenization '" + name + "' (valid: chars, whitespace)");
+  if (name == "sentencepiece") return Tokenization::sentencepiece;
+  throw Error("unknown tokenization '" + name + "' (valid: chars, whitespace, sentencepiece)");
 }
 
 namespace {
@@ -74,6 +78,7 @@ int64_t first_invalid_utf8(const std::string& s) {
 }
 
 std::vector<std::string> tokenize(const std::string& line, Tokenization t) {
+  if (t == Tokenization::sentencepiece) (void)make_tokenizer(t);  // throws: the pieces need a model
   std::vector<std::string> out;
   if (t == Tokenization::chars) {
     for (size_t i = 0; i < line.size();) {
@@ -99,6 +104,32 @@ std::string detokenize(const std::vector<std::string>& tokens, Tokenization t) {
     out += tokens[i];
   }
   return out;
+}
+
+namespace {
+
+// chars and whitespace need no model and treat both sides alike.
+class SplittingTokenizer final : public Tokenizer {
+ public:
+  explicit SplittingTokenizer(Tokenization t) : t_(t) {}
+  Tokenization kind() const override { return t_; }
+  std::vector<std::string> tokenize(const std::string& text, Side) const override {
+    return data::tokenize(text, t_);
+  }
+  std::string detokenize(const std::vector<std::string>& tokens, Side) const override {
+    return data::detokenize(tokens, t_);
+  }
+
+ private:
+  Tokenization t_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> make_tokenizer(Tokenization t) {
+  if (t == Tokenization::sentencepiece)
+    throw Error("tokenization 'sentencepiece' needs a model (train one, or load it from a file or checkpoint)");
+  return std::make_shared<SplittingTokenizer>(t);
 }
 
 }  // namespace tapegrad::data

@@ -41,13 +41,13 @@ bool spells_special(const std::string& tok) {
 
 }  // namespace
 
-std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines) {
+TsvText read_tsv_text(const std::string& path, int64_t* blank_lines) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a TSV file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open: " + std::strerror(errno));
 
-  std::vector<TextPair> pairs;
+  TsvText text;
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -65,7 +65,25 @@ std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t*
     if (tabs > 1) throw IoError(expected + std::to_string(tabs) + " tabs in " + quote_line(line));
     if (const int64_t bad = first_invalid_utf8(line); bad >= 0)
       throw IoError(at + "invalid UTF-8 at byte " + std::to_string(bad + 1) + " of the line");
-    TextPair p{tokenize(line.substr(0, tab), t), tokenize(line.substr(tab + 1), t), lineno};
+    text.src.push_back(line.substr(0, tab));
+    text.tgt.push_back(line.substr(tab + 1));
+    text.line.push_back(lineno);
+  }
+  if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));
+  if (text.src.empty())
+    throw IoError(path + ": no 'source<TAB>target' lines (the file is empty or blank)");
+  return text;
+}
+
+std::vector<TextPair> tokenize_tsv(const TsvText& text, const Tokenizer& tokenizer, const std::string& path) {
+  std::vector<TextPair> pairs;
+  pairs.reserve(text.src.size());
+  for (size_t i = 0; i < text.src.size(); ++i) {
+    const std::string at = path + ":" + std::to_string(text.line[i]) + ": ";
+    const std::string expected = at + "expected 'source<TAB>target', found ";
+    const std::string line = text.src[i] + "\t" + text.tgt[i];
+    TextPair p{tokenizer.tokenize(text.src[i], Side::source), tokenizer.tokenize(text.tgt[i], Side::target),
+               text.line[i]};
     if (p.src.empty()) throw IoError(expected + "an empty source in " + quote_line(line));
     if (p.tgt.empty()) throw IoError(expected + "an empty target in " + quote_line(line));
     // A word spelling a special (e.g. "<eos>") would silently become that id and end or pad the sequence.
@@ -76,10 +94,15 @@ std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t*
                         "' is reserved (<pad>, <bos>, <eos>, <unk> are special ids)");
     pairs.push_back(std::move(p));
   }
-  if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));
-  if (pairs.empty())
-    throw IoError(path + ": no 'source<TAB>target' lines (the file is empty or blank)");
   return pairs;
+}
+
+std::vector<TextPair> read_tsv(const std::string& path, const Tokenizer& tokenizer, int64_t* blank_lines) {
+  return tokenize_tsv(read_tsv_text(path, blank_lines), tokenizer, path);
+}
+
+std::vector<TextPair> read_tsv(const std::string& path, Tokenization t, int64_t* blank_lines) {
+  return read_tsv(path, *make_tokenizer(t), blank_lines);
 }
 
 std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Vocab& vocab) {

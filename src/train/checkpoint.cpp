@@ -180,6 +180,7 @@ LoadedModel parse_model_file(const io::SafetensorsFile& f) {
   m.vocab = parse_meta(f, "vocab", [](const std::string& text) { return data::Vocab::from_json(text); });
   m.options.model =
       parse_meta(f, "config", [](const std::string& text) { return models::ModelConfig::from_json(text); });
+  m.tokenizer = data::make_tokenizer(m.options.tokens);
   if (m.options.model.vocab_size != m.vocab.size())
     throw IoError(f.path + ": the vocabulary has " + std::to_string(m.vocab.size()) +
                   " tokens but metadata 'config' has vocab_size " +

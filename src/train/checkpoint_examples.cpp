@@ -11,7 +11,9 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   CheckpointExamples out;
   if (!source.tsv.empty()) {
     out.tokenization = m.options.tokens;
-    out.examples = data::encode_pairs(data::read_tsv(source.tsv, out.tokenization), m.vocab);
+    // A LoadedModel assembled by hand (not by load_checkpoint) may lack one; chars/whitespace need no model.
+    out.tokenizer = m.tokenizer ? m.tokenizer : data::make_tokenizer(out.tokenization);
+    out.examples = data::encode_pairs(data::read_tsv(source.tsv, *out.tokenizer), m.vocab);
     return out;
   }
   if (source.task.empty() && !m.options.train.empty())
@@ -25,6 +27,7 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     throw Error(what + ": task '" + name +
                 "' with these options has a different vocabulary than the checkpoint");
   out.tokenization = task->tokenization();
+  out.tokenizer = data::make_tokenizer(out.tokenization);
   Generator gen(source.seed);
   out.examples = task->sample_many(gen, source.count);
   return out;

@@ -153,7 +153,7 @@ void check_recorded_file(const std::string& recorded, const std::string& option,
 void read_text_data(Session& s, const TrainOptions& o, const data::Vocab* resumed_vocab) {
   const std::string text = data::read_text(o.text);
   s.vocab = resumed_vocab ? *resumed_vocab : data::char_vocab(text);
-  std::vector<int32_t> ids = data::encode_text(text, s.vocab);
+  std::vector<int32_t> ids = data::encode_text(text, s.vocab, *s.tokenizer);
   const auto n_train = size_t(double(ids.size()) * 0.9);  // nanoGPT's int(n * 0.9)
   const std::vector<int32_t> valid(ids.begin() + long(n_train), ids.end());
   ids.resize(n_train);
@@ -196,21 +196,24 @@ Session make_session(const TrainOptions& requested_options) {
   }
 
   if (!o.text.empty()) {
+    s.tokenizer = data::make_tokenizer(o.tokens);  // chars (validate refuses the others for now)
     read_text_data(s, o, resumed ? &resumed->vocab : nullptr);
   } else if (o.train.empty()) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
     o.tokens = s.task->tokenization();
+    s.tokenizer = data::make_tokenizer(o.tokens);
     Generator vg = Generator::derive(o.seed ^ kValidStream, 0);
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    const auto train_pairs = data::read_tsv(o.train, o.tokens, &s.blank_lines);
+    s.tokenizer = data::make_tokenizer(o.tokens);
+    const auto train_pairs = data::read_tsv(o.train, *s.tokenizer, &s.blank_lines);
     check_lengths(train_pairs, o.train, o.model.max_len);
     std::vector<data::TextPair> valid_pairs;
     std::vector<data::TextPair> kept = train_pairs;
     size_t n_valid = 0;
     if (!o.valid.empty()) {
-      valid_pairs = data::read_tsv(o.valid, o.tokens, &s.blank_lines);
+      valid_pairs = data::read_tsv(o.valid, *s.tokenizer, &s.blank_lines);
       check_lengths(valid_pairs, o.valid, o.model.max_len);
     } else {
       // Hold out a seeded random fraction of the training file.
@@ -269,6 +272,12 @@ Session make_session(const TrainOptions& requested_options) {
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
                     int samples) {
+  return evaluate(model, vocab, *data::make_tokenizer(tok), examples, batch_size, max_len, samples);
+}
+
+EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data::Tokenizer& tokenizer,
+                    const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
+                    int samples) {
   EvalResult r;
   r.examples = int64_t(examples.size());
   if (examples.empty()) return r;
@@ -294,9 +303,9 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
       tokens += int64_t(want.size());
       exact += got == want;
       if (int(r.samples.size()) < samples)
-        r.samples.push_back(data::detokenize(vocab.decode(chunk[i].src), tok) + " -> " +
-                            data::detokenize(vocab.decode(got), tok) + "   (target " +
-                            data::detokenize(vocab.decode(want), tok) + ")");
+        r.samples.push_back(tokenizer.detokenize(vocab.decode(chunk[i].src), data::Side::source) + " -> " +
+                            tokenizer.detokenize(vocab.decode(got), data::Side::target) + "   (target " +
+                            tokenizer.detokenize(vocab.decode(want), data::Side::target) + ")");
     }
   }
   r.loss = loss_tokens ? loss_sum / double(loss_tokens) : 0;
@@ -355,7 +364,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     if (!writer) return;
     const bool text = !o.text.empty();
     const EvalResult r = text ? evaluate_text(*s.model, s.vocab, s.valid_examples, 64)
-                              : evaluate(*s.model, s.vocab, o.tokens, s.valid_examples, 256, o.decode_max_len);
+                              : evaluate(*s.model, s.vocab, *s.tokenizer, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       MetricsRow row;
       row.step = step, row.valid_loss = r.loss;

@@ -405,6 +405,23 @@ TEST_CASE("whitespace tokenisation splits on runs of spaces and tabs", "[data]")
              Catch::Contains("bytes") && Catch::Contains("chars"));
 }
 
+TEST_CASE("the chars and whitespace tokenizers are exactly tokenize and detokenize, on either side", "[data]") {
+  const std::string s = "  el niño\tcomió  日😀 ";
+  for (const Tokenization t : {Tokenization::chars, Tokenization::whitespace}) {
+    const auto tok = make_tokenizer(t);
+    CHECK(tok->kind() == t);
+    for (const Side side : {Side::source, Side::target}) {
+      CHECK(tok->tokenize(s, side) == tokenize(s, t));
+      CHECK(tok->detokenize(tokenize(s, t), side) == detokenize(tokenize(s, t), t));
+    }
+  }
+  // SentencePiece pieces need a model: the model-free entry points say so instead of guessing.
+  CHECK_THAT(message_of<Error>([] { make_tokenizer(Tokenization::sentencepiece); }),
+             Catch::Contains("sentencepiece") && Catch::Contains("model"));
+  CHECK_THROWS_AS(tokenize("x", Tokenization::sentencepiece), Error);
+  CHECK(parse_tokenization("sentencepiece") == Tokenization::sentencepiece);
+}
+
 // ---- TSV -----------------------------------------------------------------------------------------
 
 TEST_CASE("read_tsv parses pairs, counting blank lines, keeping '#' lines as data, stripping \\r", "[data]") {

@@ -75,7 +75,7 @@ TEST_CASE("cached and uncached generation give the same tokens, past the block s
   train::Session s = train::make_session(text_training(write_corpus(dir), 30));
   train::train(s, nullptr, nullptr);
   auto& gpt = dynamic_cast<models::Gpt&>(*s.model);
-  const std::vector<int32_t> prompt = data::encode_text("the lord said unto moses", s.vocab);  // > block 16
+  const std::vector<int32_t> prompt = data::encode_text("the lord said unto moses", s.vocab, *s.tokenizer);  // > block 16
   for (const auto& [temperature, top_k] : {std::pair{0.0, 0L}, {0.8, 5L}, {1.0, 0L}}) {
     CAPTURE(temperature, top_k);
     models::GenerateOptions o{.max_new_tokens = 40, .temperature = temperature, .top_k = top_k, .seed = 9};
@@ -88,7 +88,7 @@ TEST_CASE("cached and uncached generation give the same tokens, past the block s
     CHECK(models::generate(gpt, prompt, o) == uncached);
   }
   // A short prompt that grows past the block while cached (prefill, then one position per token).
-  const std::vector<int32_t> short_prompt = data::encode_text("god", s.vocab);
+  const std::vector<int32_t> short_prompt = data::encode_text("god", s.vocab, *s.tokenizer);
   models::GenerateOptions o{.max_new_tokens = 30, .temperature = 0.9, .top_k = 0, .seed = 4};
   const auto cached = models::generate(gpt, short_prompt, o);
   o.use_cache = false;
@@ -103,7 +103,7 @@ TEST_CASE("text: the first 90% trains, validation blocks are evenly spaced over 
   const std::string path = write_corpus(dir);
   const std::string text = data::read_text(path);
   const train::Session s = train::make_session(text_training(path, 1));
-  const std::vector<int32_t> ids = data::encode_text(text, s.vocab);
+  const std::vector<int32_t> ids = data::encode_text(text, s.vocab, *s.tokenizer);
   const size_t n_train = size_t(double(ids.size()) * 0.9);
   REQUIRE(s.train_text.size() == n_train);
   CHECK(std::equal(s.train_text.begin(), s.train_text.end(), ids.begin()));

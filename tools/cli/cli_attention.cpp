@@ -165,8 +165,8 @@ Runner add_attention(CLI::App& app) {
   sub->add_option("input", a->input, "The source line")->required();
   return [a, layer_opt] {
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
-    const data::Tokenization tok = m.options.tokens;
-    const auto src_tokens = data::tokenize(a->input, tok);
+    const data::Tokenizer& tok = *m.tokenizer;
+    const auto src_tokens = tok.tokenize(a->input, data::Side::source);
     if (src_tokens.empty()) throw Error("attention: the input is empty");
     const auto src = m.vocab.encode(src_tokens);
     const data::Batch one = data::make_batch({{src, {}}});
@@ -226,7 +226,7 @@ Runner add_attention(CLI::App& app) {
       grid.push_back(std::move(row));
     }
     std::printf("input:  %s\noutput: %s\n", a->input.c_str(),
-                data::detokenize(m.vocab.decode(out), tok).c_str());
+                tok.detokenize(m.vocab.decode(out), data::Side::target).c_str());
     print_scale();
     for (const PanelRow& row : grid)
       for (const Panel& p : row.panels) print_text(p, a->values), std::printf("\n");

@@ -45,7 +45,7 @@ Runner add_generate(CLI::App& app) {
     if (!gpt)
       throw Error("generate: " + a->checkpoint + " holds a " + models::model_name(m.model->config().kind) +
                   " model; generate needs a language model (train --model gpt --text FILE)");
-    const std::vector<std::string> tokens = data::tokenize(a->prompt, data::Tokenization::chars);
+    const std::vector<std::string> tokens = m.tokenizer->tokenize(a->prompt);
     std::vector<int32_t> prompt;
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int32_t id = m.vocab.id(tokens[i]);
@@ -57,9 +57,9 @@ Runner add_generate(CLI::App& app) {
     if (prompt.empty()) throw Error("generate: --prompt is empty (it needs at least one character)");
     a->o.use_cache = !a->no_cache;
     const std::vector<int32_t> ids = models::generate(*gpt, prompt, a->o);
-    std::string text;
-    for (int32_t id : ids) text += m.vocab.token(id);
-    std::printf("%s\n", text.c_str());
+    std::vector<std::string> pieces;
+    for (int32_t id : ids) pieces.push_back(m.vocab.token(id));
+    std::printf("%s\n", m.tokenizer->detokenize(pieces).c_str());
     return 0;
   };
 }

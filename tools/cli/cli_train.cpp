@@ -198,12 +198,11 @@ Runner add_eval(CLI::App& app) {
     const train::CheckpointExamples held_out =
         train::examples_for_checkpoint(m, {a->valid, a->task, opts, a->size, a->seed}, "eval");
     const auto& ex = held_out.examples;
-    const data::Tokenization tok = held_out.tokenization;
     if (ex.empty()) throw Error("eval: no examples to evaluate");
     int64_t longest = 0;
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
-    const train::EvalResult r = train::evaluate(*m.model, m.vocab, tok, ex, a->batch_size, max_len, 5);
+    const train::EvalResult r = train::evaluate(*m.model, m.vocab, *held_out.tokenizer, ex, a->batch_size, max_len, 5);
     if (a->json) {
       const nlohmann::json j = {{"checkpoint", a->checkpoint},
                                 {"step", m.step},
@@ -249,7 +248,7 @@ Runner add_translate(CLI::App& app) {
   return [a] {
     if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
-    const data::Tokenization tok = m.options.tokens;
+    const data::Tokenizer& tok = *m.tokenizer;
     std::vector<std::string> lines = a->inputs;
     if (lines.empty())
       for (std::string line; std::getline(std::cin, line);) {
@@ -262,7 +261,7 @@ Runner add_translate(CLI::App& app) {
       std::vector<data::Example> ex;
       int64_t longest = 0;
       for (size_t i = start; i < std::min(lines.size(), start + kChunk); ++i) {
-        auto ids = m.vocab.encode(data::tokenize(lines[i], tok));
+        auto ids = m.vocab.encode(tok.tokenize(lines[i], data::Side::source));
         tokens += int64_t(ids.size());
         unknown += std::count(ids.begin(), ids.end(), data::kUnk);
         if (ids.empty()) ids.push_back(data::kUnk);  // an empty line still gets a (meaningless) output line
@@ -280,7 +279,7 @@ Runner add_translate(CLI::App& app) {
         const data::Batch b = data::make_batch(ex);
         outs = m.model->greedy_decode(b.src, b.src_len, max_len);
       }
-      for (const auto& o : outs) std::printf("%s\n", data::detokenize(m.vocab.decode(o), tok).c_str());
+      for (const auto& o : outs) std::printf("%s\n", tok.detokenize(m.vocab.decode(o), data::Side::target).c_str());
     }
     if (unknown > 0) {
       std::fflush(stdout);
