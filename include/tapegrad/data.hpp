@@ -207,4 +207,25 @@ std::vector<Example> encode_pairs(const std::vector<TextPair>& pairs, const Voca
 /// in order of first appearance.
 Vocab vocab_from_pairs(const std::vector<TextPair>& pairs);
 
+// ---- plain text for language models (src/data/text.cpp) ---------------------------------------
+/// The whole file (a UTF-8 byte-order mark dropped). A missing, unreadable or empty file throws
+/// IoError "PATH: ..."; invalid UTF-8 throws IoError "PATH:LINE: invalid UTF-8 at byte N of the file".
+std::string read_text(const std::string& path);
+/// The specials, then every distinct character (code point) of `text` in code-point order: nanoGPT's
+/// sorted(set(text)), each id shifted up by the 4 specials.
+Vocab char_vocab(const std::string& text);
+/// `text` as ids: each line (its newline kept) split by `tokenizer` (chars: one id per character,
+/// newlines too), through vocab.encode.
+std::vector<int32_t> encode_text(const std::string& text, const Vocab& vocab, const Tokenizer& tokenizer);
+/// The block at each offset o as an example without source: tgt = ids[o, o + block + 1) (the inputs
+/// and, shifted by one, the targets). An offset whose block passes the end throws IndexError.
+std::vector<Example> text_blocks(const std::vector<int32_t>& ids, const std::vector<int64_t>& offsets, int64_t block);
+/// `count` offsets spread evenly from 0 to the last one whose block fits in `tokens` ids (fewer when
+/// fewer fit; none when no block fits): i * last / (count - 1), rounded down.
+std::vector<int64_t> evenly_spaced_offsets(int64_t tokens, int64_t block, int64_t count);
+/// Blocks (text_blocks' examples, all of one length N + 1) as a batch: tgt_in [B, N] = the first N ids,
+/// tgt_out [B, N] = the last N, no `<bos>`/`<eos>`; src [B, 1] of `<pad>` with src_len 0. Throws
+/// ShapeError for a block of another length or with a source.
+Batch make_block_batch(const std::vector<Example>& blocks);
+
 }  // namespace tapegrad::data

@@ -82,6 +82,9 @@ struct AdamOptions {
   } betas;                  ///< `{.betas = {0.9, 0.98}}`
   double eps = 1e-8;            ///< added to the root of the second moment
   double weight_decay = 0.0;    ///< L2 for Adam (enters the gradient), decoupled for AdamW
+  /// false: weight decay only on parameters of 2 or more dimensions (weight matrices, embeddings),
+  /// none on biases and norm scales, as nanoGPT's two parameter groups; true: on every parameter.
+  bool decay_vectors = true;
 };
 
 /// Adam (Kingma & Ba) with bias correction and L2 weight decay (which enters the gradient).
@@ -96,7 +99,7 @@ class Adam : public Optimizer {
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
-  bool decoupled_;
+  bool decay_vectors_, decoupled_;
   std::vector<Tensor> m_, v_;
 
  protected:

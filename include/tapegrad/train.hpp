@@ -43,6 +43,9 @@ struct TrainOptions {
   std::string train, valid;
   /// @}
   data::Tokenization tokens = data::Tokenization::chars;  ///< how TSV lines split into tokens
+  /// --text: a plain-text file for a language model (--model gpt), instead of --task or --train
+  std::string text;
+  int64_t block_size = 64;  ///< --text: tokens per training block (the gpt's context length)
   double valid_fraction = 0.1;      ///< TSV without valid: hold out this fraction
   int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
   int64_t batch_size = 64;          ///< sequences per step
@@ -50,6 +53,10 @@ struct TrainOptions {
   double lr = 1e-3;                 ///< peak learning rate
   double momentum = 0.9;            ///< sgd
   double weight_decay = 0.01;       ///< decoupled for adamw, L2 for adam and sgd
+  std::string decay = "all";        ///< all | matrices: which parameters weight decay applies to
+  double beta2 = 0.98;              ///< adam and adamw: decay of the second-moment estimate
+  double adam_eps = 1e-9;           ///< adam and adamw: added to the root of the second moment
+  double min_lr = 0;                ///< cosine: the rate the schedule ends at (at most lr)
   optim::Schedule schedule = optim::Schedule::cosine;  ///< anneals to a sharper final model than inverse_sqrt
   int64_t warmup = 200;                                ///< linear warm-up steps of the schedule
   double clip = 1.0;                                   ///< global gradient-norm limit (0: no clipping)
@@ -145,6 +152,9 @@ struct OptionSpec {
 
   struct Field;                        ///< how the field is reached, read and written (options.cpp)
   std::shared_ptr<const Field> field;  ///< this row's
+  /// An option added after checkpoints were first written: a stored object without its key (an
+  /// older checkpoint) reads as the default, which is what that run trained with.
+  bool default_when_absent = false;
 };
 
 /// The option table, in `train --help` order: every command-line option of `tapegrad train` but
@@ -160,6 +170,9 @@ struct EvalResult {
   double loss = 0;                   ///< teacher-forced mean cross-entropy
   double token_accuracy = 0;         ///< greedy output vs target, position by position, over target tokens
   double exact_match = 0;            ///< greedy output equals the target exactly
+  /// Text (evaluate_text): loss x tokens / (characters x ln 2), the loss in bits per character of the
+  /// targets; 0 for seq2seq evaluation.
+  double bits_per_char = 0;
   int64_t examples = 0;              ///< examples scored
   std::vector<std::string> samples;  ///< a few "source -> output (target)" lines
   std::vector<std::string> outputs;  ///< every example's greedy output, detokenised, in order (for BLEU)
@@ -179,6 +192,9 @@ struct Session {
   std::vector<data::Example> train_examples, valid_examples;
   /// @}
   int64_t blank_lines = 0;                      ///< skipped in the TSV files
+  /// --text: the training part's ids (the first 90% of the file); each step's blocks are drawn from it,
+  /// and valid_examples holds the validation blocks (evenly spaced over the last 10%).
+  std::vector<int32_t> train_text;
   std::unique_ptr<models::Seq2Seq> model;       ///< built from options.model
   std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
   int64_t step = 0;                             ///< steps completed
@@ -186,18 +202,24 @@ struct Session {
 
   /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
-  /// The examples of step `step`'s batch, in order (batch_for_step pads them into tensors).
+  /// The examples of step `step`'s batch, in order (batch_for_step pads them into tensors). Text:
+  /// batch_size blocks at offsets drawn uniformly from Generator::derive(seed, step).
   std::vector<data::Example> examples_for_step(int64_t step) const;
+  /// Examples as the batch the model trains on: data::make_block_batch for text, data::make_batch otherwise.
+  data::Batch batch_of(const std::vector<data::Example>& examples) const;
   /// One line: model, parameter count, vocabulary size and data.
   std::string describe() const;
 };
 
 /// Builds a fresh session (or loads options.resume_dir when set; CLI options other than the data and
-/// model shape then override, such as a larger --steps).
+/// model shape then override, such as a larger --steps). With --text: the file read whole, its
+/// character vocabulary (the checkpoint's when resuming), the first 90% of its ids for training and
+/// --valid-size validation blocks evenly spaced over the last 10% (nanoGPT's prepare.py split).
 Session make_session(const TrainOptions& options);
 
 /// The optimizer `options` name (adamw | adam | sgd) over `params`, with their lr, momentum and
-/// weight decay, and the betas (0.9, 0.98) and eps 1e-9 every run uses: what training builds, and
+/// weight decay (on every parameter, or with --decay matrices only on those of 2 or more dimensions),
+/// betas (0.9, --beta2) and --adam-eps (defaults 0.98 and 1e-9): what training builds, and
 /// what `tapegrad tape --checkpoint` builds to take the run's next step. Throws Error naming an
 /// unknown optimizer.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options, optim::ParamList params);
@@ -233,6 +255,12 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
 /// evaluate with data::make_tokenizer(tok) (chars or whitespace: a built-in task's).
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Tokenization tok,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len, int samples = 5);
+
+/// Scores text blocks (data::text_blocks' examples) in batches of `batch_size` under NoGrad and in
+/// eval mode (restored afterwards): the mean loss in nats per target token, and in bits per character
+/// of the targets (each token's characters counted from its text in `vocab`).
+EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const std::vector<data::Example>& blocks,
+                         int64_t batch_size);
 
 /// Saves the session as step-N in run directory `dir` (created if needed) behind the `latest` link
 /// (see train.hpp). Throws NonFiniteError if a parameter is not finite (the last checkpoint is kept)

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/models/models_internal.hpp"
+#include "tapegrad/models/gpt.hpp"
 
 namespace tapegrad::models {
 
@@ -10,6 +11,7 @@ const char* model_name(ModelKind k) {
     case ModelKind::rnn: return "rnn";
     case ModelKind::attention_rnn: return "attention-rnn";
     case ModelKind::transformer: return "transformer";
+    case ModelKind::gpt: return "gpt";
   }
   return "?";
 }
@@ -18,7 +20,8 @@ ModelKind parse_model(const std::string& name) {
   if (name == "rnn" || name == "seq2seq") return ModelKind::rnn;
   if (name == "attention-rnn" || name == "attention_rnn" || name == "attention") return ModelKind::attention_rnn;
   if (name == "transformer") return ModelKind::transformer;
-  throw Error("model: unknown kind '" + name + "' (expected transformer, attention-rnn or rnn)");
+  if (name == "gpt") return ModelKind::gpt;
+  throw Error("model: unknown kind '" + name + "' (expected transformer, attention-rnn, rnn or gpt)");
 }
 
 std::string ModelConfig::to_json() const {
@@ -132,7 +135,7 @@ void ModelConfig::validate(ConfigNames names) const {
   if (tie_embeddings && kind != ModelKind::transformer)
     throw Error(std::string(cli ? "--tie-embeddings" : "tie_embeddings") +
                 ": only for the transformer, not " + model_name(kind));
-  if (kind == ModelKind::transformer && d_model % heads != 0)
+  if ((kind == ModelKind::transformer || kind == ModelKind::gpt) && d_model % heads != 0)
     throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
                 field("heads", "--heads", std::to_string(heads)));
 }
@@ -140,6 +143,7 @@ void ModelConfig::validate(ConfigNames names) const {
 std::unique_ptr<Seq2Seq> make_model(const ModelConfig& config, uint64_t seed) {
   check_config(config, ConfigNames::cli);
   if (config.kind == ModelKind::transformer) return make_transformer(config, seed);
+  if (config.kind == ModelKind::gpt) return std::make_unique<Gpt>(config, seed);
   return make_rnn_seq2seq(config, seed);
 }
 

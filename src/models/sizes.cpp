@@ -60,6 +60,11 @@ Counts<N> count(const ModelConfig& c) {
   const N zero = num<N>(0), two = num<N>(2), V = num<N>(c.vocab_size), C = num<N>(c.d_model),
           L = num<N>(c.layers);
   auto linear = [&](N in, N out, bool bias) { return out * in + (bias ? out : zero); };
+  if (c.kind == ModelKind::gpt) {  // no biases; the token table is the output projection too
+    const N T = num<N>(c.max_len), F = num<N>(4) * C;
+    const N block = num<N>(4) * linear(C, C, false) + linear(C, F, false) + linear(F, C, false) + two * C;
+    return {V * C + T * C + L * block + C, zero};
+  }
   if (c.kind == ModelKind::transformer) {
     const N F = num<N>(c.d_ff), T = num<N>(c.max_len);
     const N attention = num<N>(4) * linear(C, C, true);

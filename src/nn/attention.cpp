@@ -18,32 +18,35 @@ Tensor key_padding_mask(const Tensor& ids, DType dtype) {
   return Tensor::from_vector(m, {ids.size(0), 1, 1, ids.size(1)}, dtype);
 }
 
-MultiHeadAttention::MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen)
+MultiHeadAttention::MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen, bool bias)
     : dim_(dim), heads_(heads) {
   if (heads <= 0 || dim % heads != 0)
     throw ShapeError("MultiHeadAttention: d_model " + std::to_string(dim) + " is not divisible by heads " +
                      std::to_string(heads));
-  q_proj = register_module("q_proj", std::make_shared<Linear>(dim, dim, gen));
-  k_proj = register_module("k_proj", std::make_shared<Linear>(dim, dim, gen));
-  v_proj = register_module("v_proj", std::make_shared<Linear>(dim, dim, gen));
-  out_proj = register_module("out_proj", std::make_shared<Linear>(dim, dim, gen));
+  q_proj = register_module("q_proj", std::make_shared<Linear>(dim, dim, gen, bias));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(dim, dim, gen, bias));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(dim, dim, gen, bias));
+  out_proj = register_module("out_proj", std::make_shared<Linear>(dim, dim, gen, bias));
   drop_ = register_module("dropout", std::make_shared<Dropout>(dropout));
 }
 
 namespace {
 
-// Appends position cache.len's key ([B, H, dk, 1]) and value ([B, H, 1, dk]) to the cache buffers.
+// Appends the keys ([B, H, dk, n]) and values ([B, H, n, dk]) of positions cache.len .. cache.len + n - 1
+// to the cache buffers.
 template <class T>
 void append_kv(KvCache& cache, const Tensor& kt_new, const Tensor& v_new) {
   const Tensor kn = kt_new.contiguous(), vn = v_new.contiguous();
-  const int64_t BH = kn.size(0) * kn.size(1), dk = kn.size(2), cap = cache.capacity, t = cache.len;
+  const int64_t BH = kn.size(0) * kn.size(1), dk = kn.size(2), n = kn.size(3), cap = cache.capacity,
+                t = cache.len;
   const T *k = kn.data<T>(), *v = vn.data<T>();
   T *kd = cache.kt.data<T>(), *vd = cache.v.data<T>();
   for (int64_t i = 0; i < BH; ++i)
-    for (int64_t d = 0; d < dk; ++d) {
-      kd[(i * dk + d) * cap + t] = k[i * dk + d];
-      vd[(i * cap + t) * dk + d] = v[i * dk + d];
-    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t d = 0; d < dk; ++d) {
+        kd[(i * dk + d) * cap + t + j] = k[(i * dk + d) * n + j];
+        vd[(i * cap + t + j) * dk + d] = v[(i * n + j) * dk + d];
+      }
 }
 
 }  // namespace
@@ -61,6 +64,8 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
   // projection is a column range of the [B, T, nC] result. Parameters stay separate, so checkpoints
   // and names are unchanged. Views only below: heads split off the feature axis, [B, T, H, dk].
   const bool biased = q_proj->bias.defined() && k_proj->bias.defined() && v_proj->bias.defined();
+  // Stacking needs all three biased or none (GPT-2's bias-free form).
+  const bool stack = biased || (!q_proj->bias.defined() && !k_proj->bias.defined() && !v_proj->bias.defined());
   auto project = [&](const Tensor& x, std::initializer_list<const Linear*> ps) {
     std::vector<Tensor> ws, bs;
     for (const Linear* p : ps) ws.push_back(p->weight), bs.push_back(p->bias);
@@ -71,7 +76,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
   };
   auto split_heads = [&](const Tensor& y, int64_t T) { return y.reshape({B, T, H, dk}); };
   const bool self = query.same(memory);
-  if (cache && (grad_enabled() || (self && Tq != 1)))
+  if (cache && (grad_enabled() || (self && Tq != 1 && cache->len != 0)))
     throw Error(
         "MultiHeadAttention: a KV cache is for inference (NoGrad) one position at a time, got query=" +
         to_string(query.shape()));
@@ -79,12 +84,12 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
   Tensor q, k, v;  // [B, T, H, dk] views of the projections (k, v undefined when the cache holds them)
   if (cache && !self && cache->len > 0) {  // cross-attention: memory's keys and values from the first step
     q = split_heads(q_proj->forward(query), Tq);
-  } else if (self && biased) {
+  } else if (self && stack) {
     const Tensor qkv = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B,T,3C]
     q = part(qkv, 0, Tq), k = part(qkv, 1, Tk), v = part(qkv, 2, Tk);
   } else {
     q = split_heads(q_proj->forward(query), Tq);
-    if (biased) {
+    if (stack) {
       const Tensor kv = project(memory, {k_proj.get(), v_proj.get()});  // [B,Tk,2C]
       k = part(kv, 0, Tk), v = part(kv, 1, Tk);
     } else {
@@ -116,7 +121,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
       cache->kt = Tensor::zeros({B, H, dk, cache->capacity}, query.dtype());
       cache->v = Tensor::zeros({B, H, cache->capacity, dk}, query.dtype());
     }
-    if (cache->len >= cache->capacity || cache->kt.size(0) != B)
+    if (cache->len + Tq > cache->capacity || cache->kt.size(0) != B)
       throw ShapeError("MultiHeadAttention: KV cache of " + std::to_string(cache->capacity) +
                        " positions for batch " + std::to_string(cache->kt.size(0)) +
                        " is full or of another batch (query=" + to_string(query.shape()) + ")");
@@ -124,10 +129,10 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
       append_kv<double>(*cache, kt, vh);
     else
       append_kv<float>(*cache, kt, vh);
-    ++cache->len;
+    cache->len += Tq;
     kt = narrow(cache->kt, 3, 0, cache->len);
     vh = narrow(cache->v, 2, 0, cache->len);
-    causal = false;
+    causal = Tq > 1;  // a prefill (the cache was empty): queries and keys are the same positions
   } else if (cache && cache->len == 0) {
     cache->kt = kt.contiguous(), cache->v = vh.contiguous(), cache->len = Tk;
   } else if (cache) {

@@ -17,9 +17,9 @@ Embedding::Embedding(int64_t vocab, int64_t dim, Generator& gen, double std) {
   weight = register_parameter("weight", Tensor::randn({vocab, dim}, gen, DType::f32, 0.0, std));
 }
 
-LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias) : eps_(eps) {
   weight = register_parameter("weight", Tensor::ones({dim}));
-  bias = register_parameter("bias", Tensor::zeros({dim}));
+  if (with_bias) bias = register_parameter("bias", Tensor::zeros({dim}));
 }
 
 const char* positional_name(PositionalKind k) {
@@ -82,9 +82,10 @@ const char* activation_name(Activation a) {
   return "?";
 }
 
-FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen) : act_(act) {
-  linear1 = register_module("linear1", std::make_shared<Linear>(dim, hidden, gen));
-  linear2 = register_module("linear2", std::make_shared<Linear>(hidden, dim, gen));
+FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen, bool bias)
+    : act_(act) {
+  linear1 = register_module("linear1", std::make_shared<Linear>(dim, hidden, gen, bias));
+  linear2 = register_module("linear2", std::make_shared<Linear>(hidden, dim, gen, bias));
   drop = register_module("dropout", std::make_shared<Dropout>(p));
 }
 

@@ -97,7 +97,7 @@ Adam::Adam(ParamList params, const AdamOptions& o) : Adam(std::move(params), o, 
 Adam::Adam(ParamList params, const AdamOptions& o, bool decoupled)
     : Optimizer(std::move(params)),
       beta1_(o.betas.first), beta2_(o.betas.second), eps_(o.eps), weight_decay_(o.weight_decay),
-      decoupled_(decoupled) {
+      decay_vectors_(o.decay_vectors), decoupled_(decoupled) {
   lr_ = o.lr;
   m_ = zeros_like_all(params_);
   v_ = zeros_like_all(params_);
@@ -109,12 +109,15 @@ void Adam::step() {
   NoGrad no_grad;
   ++steps_;
   const kernels::AdamParams ap{lr_, beta1_, beta2_, eps_, weight_decay_, decoupled_, steps_};
+  kernels::AdamParams no_decay = ap;
+  no_decay.weight_decay = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
+    const kernels::AdamParams& pp = decay_vectors_ || p.ndim() >= 2 ? ap : no_decay;
     visit_float(p.dtype(), "adam", [&]<class T>() {
-      kernels::adam_update<T>(p.numel(), p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), ap);
+      kernels::adam_update<T>(p.numel(), p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), pp);
     });
   }
 }

@@ -105,9 +105,9 @@ void require_implied(const io::SafetensorsFile& f, const char* field, int64_t va
                   std::to_string(t->size(dim)));
 }
 
-// Layers per side the tensors imply: 1 + the largest N in "encoder.layers.N.".
-int64_t implied_layers(const io::SafetensorsFile& f) {
-  const std::string prefix = "encoder.layers.";
+// Layers per side the tensors imply: 1 + the largest N in "PREFIX.N." ("encoder.layers", the gpt's "layers").
+int64_t implied_layers(const io::SafetensorsFile& f, const std::string& stack) {
+  const std::string prefix = stack + ".";
   int64_t layers = 0;
   for (const auto& [name, t] : f.tensors) {
     if (name.rfind(prefix, 0) != 0) continue;
@@ -124,12 +124,18 @@ int64_t implied_layers(const io::SafetensorsFile& f) {
 void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& config) {
   using models::ConfigNames;
   // Sizes the tensors imply, field by field, so a wrong field is named with the tensor that contradicts it.
-  require_implied(f, "vocab_size", config.vocab_size, "src_embed.weight", 0);
-  require_implied(f, "d_model", config.d_model, "src_embed.weight", 1);
-  if (const int64_t layers = implied_layers(f); layers > 0 && layers != config.layers)
+  const bool gpt = config.kind == models::ModelKind::gpt;
+  const std::string embedding = gpt ? "tok_embed.weight" : "src_embed.weight";
+  require_implied(f, "vocab_size", config.vocab_size, embedding, 0);
+  require_implied(f, "d_model", config.d_model, embedding, 1);
+  if (const int64_t layers = implied_layers(f, gpt ? "layers" : "encoder.layers");
+      layers > 0 && layers != config.layers)
     throw IoError(f.path + ": metadata 'config': layers " + std::to_string(config.layers) +
-                  " does not match the tensors, which hold " + std::to_string(layers) + " encoder layers");
-  if (config.kind == models::ModelKind::transformer) {
+                  " does not match the tensors, which hold " + std::to_string(layers) +
+                  (gpt ? " blocks" : " encoder layers"));
+  if (gpt) {
+    require_implied(f, "max_len", config.max_len, "pos_embed.weight", 0);
+  } else if (config.kind == models::ModelKind::transformer) {
     require_implied(f, "d_ff", config.d_ff, "encoder.layers.0.ff.linear1.weight", 0);
     if (config.positional == nn::PositionalKind::learned)
       require_implied(f, "max_len", config.max_len, "src_pos.weight", 0);

@@ -171,11 +171,9 @@ class MpiDataParallel final : public DataParallel, public GradientExchange {
   StepResult step(Session& s) override {
     const int64_t n = s.step + 1;
     const std::vector<data::Example> all = s.examples_for_step(n);
-    global_tokens_ = 0;
-    for (const data::Example& e : all) global_tokens_ += int64_t(e.tgt.size()) + 1;  // + <eos>
+    global_tokens_ = s.batch_of(all).target_tokens();
     const auto [begin, end] = shard_range(int64_t(all.size()), rank_, size_);
-    const data::Batch shard =
-        data::make_batch(std::vector<data::Example>(all.begin() + begin, all.begin() + end));
+    const data::Batch shard = s.batch_of(std::vector<data::Example>(all.begin() + begin, all.begin() + end));
     weight_ = double(shard.target_tokens()) / double(global_tokens_);
     begin_step();
     const StepResult r = train_step(*s.model, *s.optimizer, StepRecipe::from(s.options), shard, n, this);

@@ -225,13 +225,16 @@ constexpr OptionScope kRun = OptionScope::run, kTrainOnly = OptionScope::train;
 // The data layer's limit on task lengths (data::validate_task_options checks it too).
 constexpr int64_t kTaskLen = 4096;
 constexpr bool kResumable = true, kFixed = false, kShown = true, kInHelp = false;
+// A row added after checkpoints were first written (OptionSpec::default_when_absent).
+constexpr bool kAbsentIsDefault = true;
 
 }  // namespace
 
 const std::vector<OptionSpec>& option_table() {
   // flag, JSON key, key before the table, type, scope, resumable, --help shows the default, help, field.
   static const std::vector<OptionSpec> table = {
-      {"--model", "model.model", "", kText, kRun, kFixed, kShown, "transformer | attention-rnn | rnn",
+      {"--model", "model.model", "", kText, kRun, kFixed, kShown,
+       "transformer | attention-rnn | rnn | gpt (a decoder-only language model: needs --text)",
        choice_field<TAPEGRAD_FIELD(model.kind), models::model_name, models::parse_model>()},
       {"--task", "task", "", kText, kRun, kFixed, kShown, "Built-in task: copy, reverse, sort, recall, rotate",
        text_field<TAPEGRAD_FIELD(task)>()},
@@ -251,6 +254,13 @@ const std::vector<OptionSpec>& option_table() {
        "Fraction of --train held out without --valid", real_field<TAPEGRAD_FIELD(valid_fraction)>(0, 1, true)},
       {"--tokens", "tokens", "tokenization", kText, kRun, kFixed, kShown, "TSV tokenisation: chars | whitespace",
        choice_field<TAPEGRAD_FIELD(tokens), data::tokenization_name, data::parse_tokenization>()},
+      {"--text", "text", "", kPath, kRun, kFixed, kInHelp,
+       "Plain-text file for --model gpt (instead of --task or --train): read whole, tokenised by characters; "
+       "the first 90% trains, the last 10% validates",
+       text_field<TAPEGRAD_FIELD(text)>(), kAbsentIsDefault},
+      {"--block-size", "block_size", "", kInteger, kRun, kFixed, kShown,
+       "--text: tokens per training block, the gpt's context length",
+       int_field<TAPEGRAD_FIELD(block_size)>(1, kTaskLen * 16), kAbsentIsDefault},
       {"--batch-size", "batch_size", "", kInteger, kRun, kFixed, kShown, "Sequences per step",
        int_field<TAPEGRAD_FIELD(batch_size)>(1, int64_t(1) << 20)},
       {"--optimizer", "optimizer", "", kText, kRun, kFixed, kShown, "adamw | adam | sgd",
@@ -266,6 +276,18 @@ const std::vector<OptionSpec>& option_table() {
        int_field<TAPEGRAD_FIELD(warmup)>(0, kSteps)},
       {"--weight-decay", "weight_decay", "", kReal, kRun, kFixed, kShown, "Weight decay (decoupled for adamw)",
        real_field<TAPEGRAD_FIELD(weight_decay)>(0, 1e3)},
+      {"--decay", "decay", "", kText, kRun, kFixed, kShown,
+       "Which parameters --weight-decay applies to: all | matrices (only those of 2 or more dimensions: "
+       "no decay on biases and norm scales, nanoGPT's parameter groups)",
+       text_field<TAPEGRAD_FIELD(decay)>({"all", "matrices"}), kAbsentIsDefault},
+      {"--beta2", "beta2", "", kReal, kRun, kFixed, kShown,
+       "adam and adamw: decay rate of the second-moment estimate (beta1 is 0.9)",
+       real_field<TAPEGRAD_FIELD(beta2)>(0, 1, true), kAbsentIsDefault},
+      {"--adam-eps", "adam_eps", "", kReal, kRun, kFixed, kShown, "adam and adamw: epsilon added to the root of the second moment",
+       above_field<TAPEGRAD_FIELD(adam_eps)>(0), kAbsentIsDefault},
+      {"--min-lr", "min_lr", "", kReal, kRun, kFixed, kShown,
+       "--schedule cosine: the learning rate at the last step (at most --lr)",
+       real_field<TAPEGRAD_FIELD(min_lr)>(0, 1e30), kAbsentIsDefault},
       {"--momentum", "momentum", "", kReal, kRun, kFixed, kShown, "SGD momentum",
        real_field<TAPEGRAD_FIELD(momentum)>(0, 1, true)},
       {"--clip", "clip", "clip_norm", kReal, kRun, kFixed, kShown, "Clip gradients to this global L2 norm (0: off)",
@@ -334,7 +356,7 @@ const std::vector<OptionSpec>& option_table() {
        "Checkpoint every N steps (and at the end; 0: only at the end)",
        int_field<TAPEGRAD_FIELD(save_every)>(0, INT64_MAX)},
       {"--valid-size", "valid_size", "", kInteger, kTrainOnly, kFixed, kShown,
-       "Held-out examples of a built-in task (0: none)", int_field<TAPEGRAD_FIELD(valid_size)>(0, int64_t(1) << 24)},
+       "Held-out examples of a built-in task (0: none); --text: validation blocks, evenly spaced over the last 10%", int_field<TAPEGRAD_FIELD(valid_size)>(0, int64_t(1) << 24)},
       {"--decode-max-len", "decode_max_len", "", kInteger, kTrainOnly, kFixed, kInHelp,
        "Longest output decoded at validation (default: the longest target in the data + 8)",
        int_field<TAPEGRAD_FIELD(decode_max_len)>(0, int64_t(1) << 24)},

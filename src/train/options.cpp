@@ -55,7 +55,21 @@ const std::vector<std::string> kResumableOptions = [] {
 
 void TrainOptions::validate() const {
   for (const OptionSpec& row : option_table()) row.check(*this);
-  if (train.empty()) data::validate_task_options(task, task_options);
+  if (train.empty() && text.empty()) data::validate_task_options(task, task_options);
+  const bool gpt = model.kind == models::ModelKind::gpt;
+  if (!text.empty() && !train.empty()) throw Error("--text " + text + ": cannot be combined with --train (one data source)");
+  if (gpt && text.empty())
+    throw Error("--model gpt: a language model trains on text: pass --text FILE (not --task or --train)");
+  if (!gpt && !text.empty())
+    throw Error("--text " + text + ": only for --model gpt (the seq2seq models train on --task or --train)");
+  if (!text.empty() && tokens != data::Tokenization::chars)
+    throw Error("--tokens " + std::string(data::tokenization_name(tokens)) + ": --text is tokenised by characters");
+  if (gpt)
+    for (const char* fixed : {"--d-ff", "--positional", "--pre-ln", "--activation", "--tie-embeddings"})
+      if (given.count(fixed))
+        throw Error(std::string(fixed) + ": fixed by --model gpt (GPT-2's: MLP 4 x --d-model, learned positions, "
+                    "pre-LN, exact GELU, tied embeddings)");
+  if (min_lr > lr) throw Error("--min-lr " + exact_decimal(min_lr) + ": above --lr " + exact_decimal(lr));
   if (!resume_dir.empty() && overwrite && (out_dir.empty() || out_dir == resume_dir))
     throw Error("--overwrite: cannot replace the checkpoint being resumed (--resume " + resume_dir +
                 "); pass --out NEW_DIR to continue elsewhere");
@@ -127,6 +141,7 @@ TrainOptions TrainOptions::from_json(const std::string& json_text) {
   for (const OptionSpec& row : option_table()) {
     if (!top_level(row)) continue;
     const Json* v = find_field(j, row.key, row.old_key);
+    if (!v && row.default_when_absent) continue;
     if (!v) throw Error(std::string("training options: no field '") + row.key + "'");
     std::string expected;
     try {

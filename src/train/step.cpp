@@ -33,7 +33,7 @@ std::string show(double v) {
 }  // namespace
 
 StepRecipe StepRecipe::from(const TrainOptions& o) {
-  return {o.lr, o.schedule, o.warmup, o.steps, o.clip, o.label_smoothing};
+  return {o.lr, o.schedule, o.warmup, o.steps, o.clip, o.label_smoothing, o.min_lr / o.lr};
 }
 
 StepResult train_step(const optim::ParamList& params, optim::Optimizer& optimizer, const StepRecipe& recipe,

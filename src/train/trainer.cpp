@@ -34,8 +34,12 @@ int64_t longest_target(const std::vector<data::Example>& ex) {
 }  // namespace
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, optim::ParamList params) {
-  // The Transformer paper's betas and eps, for every run.
-  const optim::AdamOptions adam{.lr = o.lr, .betas = {0.9, 0.98}, .eps = 1e-9, .weight_decay = o.weight_decay};
+  // The Transformer paper's betas and eps by default (--beta2, --adam-eps).
+  const optim::AdamOptions adam{.lr = o.lr,
+                                .betas = {0.9, o.beta2},
+                                .eps = o.adam_eps,
+                                .weight_decay = o.weight_decay,
+                                .decay_vectors = o.decay == "all"};
   if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), adam);
   if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), adam);
   if (o.optimizer == "sgd")
@@ -50,11 +54,22 @@ std::string absolute_path(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
 }
 
-data::Batch Session::batch_for_step(int64_t s) const { return data::make_batch(examples_for_step(s)); }
+data::Batch Session::batch_for_step(int64_t s) const { return batch_of(examples_for_step(s)); }
+
+data::Batch Session::batch_of(const std::vector<data::Example>& examples) const {
+  return options.text.empty() ? data::make_batch(examples) : data::make_block_batch(examples);
+}
 
 std::vector<data::Example> Session::examples_for_step(int64_t s) const {
   std::vector<data::Example> ex;
   const int64_t B = options.batch_size;
+  if (!options.text.empty()) {  // B blocks at uniform offsets, as nanoGPT's get_batch draws them
+    Generator gen = Generator::derive(options.seed ^ kTrainStream, uint64_t(s));
+    const int64_t last = int64_t(train_text.size()) - options.block_size - 1;
+    std::vector<int64_t> offsets;
+    for (int64_t i = 0; i < B; ++i) offsets.push_back(gen.uniform_int(0, last));
+    return data::text_blocks(train_text, offsets, options.block_size);
+  }
   if (task) {
     Generator gen = Generator::derive(options.seed ^ kTrainStream, uint64_t(s));
     for (int64_t i = 0; i < B; ++i) ex.push_back(task->sample(gen));
@@ -81,7 +96,9 @@ std::string Session::describe() const {
   std::ostringstream os;
   os << models::model_name(options.model.kind) << " with " << model->parameter_count()
      << " parameters, vocab " << vocab.size() << ", ";
-  if (task)
+  if (!options.text.empty())
+    os << train_text.size() << " training tokens from " << options.text << " in blocks of " << options.block_size;
+  else if (task)
     os << "task " << task->name() << " (lengths " << options.task_options.min_len << "-"
        << options.task_options.max_len << ")";
   else
@@ -131,6 +148,24 @@ void check_recorded_file(const std::string& recorded, const std::string& option,
       ")");
 }
 
+// --text: the file's ids split 90/10 (the first part trains), the validation part cut into
+// --valid-size evenly spaced blocks. The vocabulary is the file's characters, or the checkpoint's.
+void read_text_data(Session& s, const TrainOptions& o, const data::Vocab* resumed_vocab) {
+  const std::string text = data::read_text(o.text);
+  s.vocab = resumed_vocab ? *resumed_vocab : data::char_vocab(text);
+  std::vector<int32_t> ids = data::encode_text(text, s.vocab, *s.tokenizer);
+  const auto n_train = size_t(double(ids.size()) * 0.9);  // nanoGPT's int(n * 0.9)
+  const std::vector<int32_t> valid(ids.begin() + long(n_train), ids.end());
+  ids.resize(n_train);
+  for (const auto& [part, n] : {std::pair{"first 90%", ids.size()}, std::pair{"last 10%", valid.size()}})
+    if (int64_t(n) < o.block_size + 1)
+      throw IoError(o.text + ": its " + part + " holds " + std::to_string(n) + " tokens, fewer than --block-size " +
+                    std::to_string(o.block_size) + " + 1");
+  s.train_text = std::move(ids);
+  s.valid_examples = data::text_blocks(
+      valid, data::evenly_spaced_offsets(int64_t(valid.size()), o.block_size, o.valid_size), o.block_size);
+}
+
 }  // namespace
 
 Session make_session(const TrainOptions& requested_options) {
@@ -138,6 +173,7 @@ Session make_session(const TrainOptions& requested_options) {
   TrainOptions requested = requested_options;
   requested.train = absolute_path(requested.train);
   requested.valid = absolute_path(requested.valid);
+  requested.text = absolute_path(requested.text);
   Session s;
   TrainOptions o = requested;
   int64_t resume_step = 0;
@@ -146,6 +182,8 @@ Session make_session(const TrainOptions& requested_options) {
     resumed = std::make_unique<LoadedModel>(load_checkpoint(requested.resume_dir));
     check_recorded_file(resumed->options.train, "--train", requested.resume_dir);
     check_recorded_file(resumed->options.valid, "--valid", requested.resume_dir);
+    check_recorded_file(resumed->options.text, "--text", requested.resume_dir);
+    resumed->options.text = absolute_path(resumed->options.text);
     resumed->options.train = absolute_path(resumed->options.train);
     resumed->options.valid = absolute_path(resumed->options.valid);
     requested_options.check_resume(resumed->options);  // the paths as given, in its message
@@ -157,7 +195,10 @@ Session make_session(const TrainOptions& requested_options) {
     resume_step = resumed->step;
   }
 
-  if (o.train.empty()) {
+  if (!o.text.empty()) {
+    s.tokenizer = data::make_tokenizer(o.tokens);  // chars (validate refuses the others for now)
+    read_text_data(s, o, resumed ? &resumed->vocab : nullptr);
+  } else if (o.train.empty()) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
     o.tokens = s.task->tokenization();
@@ -199,6 +240,7 @@ Session make_session(const TrainOptions& requested_options) {
     s.valid_examples = data::encode_pairs(valid_pairs, s.vocab);
   }
   o.model.vocab_size = s.vocab.size();
+  if (!o.text.empty()) o.model.max_len = o.block_size;  // the gpt's positions cover one block
   if (o.decode_max_len <= 0) {
     int64_t longest = longest_target(s.valid_examples);
     if (s.task)
@@ -274,6 +316,33 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
   return r;
 }
 
+EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const std::vector<data::Example>& blocks,
+                         int64_t batch_size) {
+  EvalResult r;
+  r.examples = int64_t(blocks.size());
+  if (blocks.empty()) return r;
+  const bool was_training = model.training();
+  model.eval();
+  NoGrad no_grad;
+  double loss_sum = 0;
+  int64_t tokens = 0, chars = 0;
+  for (size_t start = 0; start < blocks.size(); start += size_t(batch_size)) {
+    const std::vector<data::Example> chunk(blocks.begin() + long(start),
+                                           blocks.begin() + long(std::min(blocks.size(), start + size_t(batch_size))));
+    const data::Batch batch = data::make_block_batch(chunk);
+    const int64_t n = batch.target_tokens();
+    loss_sum += model.loss(batch).item() * double(n);
+    tokens += n;
+    for (const data::Example& e : chunk)
+      for (auto id = e.tgt.begin() + 1; id != e.tgt.end(); ++id)
+        chars += int64_t(data::tokenize(vocab.token(*id), data::Tokenization::chars).size());
+  }
+  r.loss = loss_sum / double(tokens);
+  r.bits_per_char = loss_sum / (double(std::max<int64_t>(chars, 1)) * std::log(2.0));
+  model.train(was_training);
+  return r;
+}
+
 void train(Session& s, const std::function<void(const StepLog&)>& on_step,
            const std::function<void(int64_t, const EvalResult&)>& on_eval) {
   const TrainOptions& o = s.options;
@@ -294,15 +363,23 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
     if (!writer) return;
-    const EvalResult r = evaluate(*s.model, s.vocab, *s.tokenizer, s.valid_examples, 256, o.decode_max_len);
+    const bool text = !o.text.empty();
+    const EvalResult r = text ? evaluate_text(*s.model, s.vocab, s.valid_examples, 64)
+                              : evaluate(*s.model, s.vocab, *s.tokenizer, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       MetricsRow row;
-      row.step = step, row.valid_loss = r.loss, row.valid_token_accuracy = r.token_accuracy;
-      row.valid_exact_match = r.exact_match;
+      row.step = step, row.valid_loss = r.loss;
+      if (text)
+        row.valid_bits_per_char = r.bits_per_char;
+      else
+        row.valid_token_accuracy = r.token_accuracy, row.valid_exact_match = r.exact_match;
       run->append_metrics(row);
       std::ostringstream samples;
-      samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match "
-              << r.exact_match << "\n";
+      if (text)
+        samples << "step " << step << ": loss " << r.loss << " nats/token, " << r.bits_per_char << " bits/char\n";
+      else
+        samples << "step " << step << ": token_accuracy " << r.token_accuracy << ", exact_match "
+                << r.exact_match << "\n";
       for (const auto& line : r.samples) samples << line << "\n";
       io::write_file_atomic(o.out_dir + "/samples.txt", samples.str());
     }

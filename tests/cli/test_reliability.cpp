@@ -171,9 +171,10 @@ TEST_CASE("metrics.csv columns are found by name: reordered, missing and unknown
   train::MetricsRow eval;
   eval.step = 3, eval.valid_loss = 1.5, eval.valid_token_accuracy = 0.25, eval.valid_exact_match = 0;
   CHECK(train::metrics_header() ==
-        "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match");
-  CHECK(train::metrics_line(step) == "3,0.1,2.5e-05,0.3333333333333333,1e+06,,,");
-  CHECK(train::metrics_line(eval) == "3,,,,,1.5,0.25,0");
+        "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match,"
+        "valid_bits_per_char");
+  CHECK(train::metrics_line(step) == "3,0.1,2.5e-05,0.3333333333333333,1e+06,,,,");
+  CHECK(train::metrics_line(eval) == "3,,,,,1.5,0.25,0,");
   const std::string dir = temp_dir("columns");
   fs::create_directories(dir);
   const std::string path = dir + "/metrics.csv";
@@ -203,7 +204,7 @@ TEST_CASE("metrics.csv columns are found by name: reordered, missing and unknown
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":1") && Catch::Contains("'step'"));
   std::ofstream(path) << train::metrics_header() << "\n1,2,3\n";
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("found 3"));
-  std::ofstream(path) << train::metrics_header() << "\nx,2,3,4,5,,,\n";
+  std::ofstream(path) << train::metrics_header() << "\nx,2,3,4,5,,,,\n";
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("step 'x'"));
   fs::remove_all(dir);
 }
@@ -218,8 +219,8 @@ TEST_CASE("a resume into another --out carries an older file's rows over in toda
   const auto rows = lines_of(b + "/metrics.csv");
   REQUIRE(rows.size() >= 5);
   CHECK(rows[0] == train::metrics_header());
-  CHECK(rows[1] == "1,2.25,0.5,,,,,");
-  CHECK(rows[4] == "4,1.875,0.5,,,,,");
+  CHECK(rows[1] == "1,2.25,0.5,,,,,,");
+  CHECK(rows[4] == "4,1.875,0.5,,,,,,");
   CHECK(rows[5].rfind("5,", 0) == 0);
   fs::remove_all(a);
   fs::remove_all(b);

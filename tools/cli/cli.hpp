@@ -18,6 +18,7 @@ Runner add_profile(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_eval(CLI::App& app);
 Runner add_translate(CLI::App& app);
+Runner add_generate(CLI::App& app);
 Runner add_attention(CLI::App& app);
 Runner add_experiment(CLI::App& app);
 Runner add_plot(CLI::App& app);

@@ -48,6 +48,12 @@ std::string format_number(double x) {
 }
 
 void print_eval(const char* prefix, const train::EvalResult& r) {
+  if (r.bits_per_char > 0) {  // text: a language model's figures
+    std::printf("%sloss: %.4f nats/token  %.4f bits/char  (%lld blocks)\n", prefix, r.loss, r.bits_per_char,
+                (long long)r.examples);
+    std::fflush(stdout);
+    return;
+  }
   std::printf("%sloss: %.4f  token_accuracy: %.4f  exact_match: %.4f  (%lld examples)\n", prefix, r.loss,
               r.token_accuracy, r.exact_match, (long long)r.examples);
   for (const auto& s : r.samples) std::printf("    %s\n", s.c_str());

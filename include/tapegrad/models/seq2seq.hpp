@@ -8,6 +8,7 @@
 ///                  with input feeding; additive (Bahdanau), general or dot scoring).
 ///   transformer:   encoder-decoder Transformer: N layers each side, multi-head self-attention, masked
 ///                  decoder self-attention, cross-attention, sin/cos or learned positions.
+///   gpt:           decoder-only language model (GPT-2 / nanoGPT) on the same blocks: see models/gpt.hpp.
 /// ```
 /// Each has a teacher-forced loss, greedy decoding and beam search. One vocabulary serves both sides.
 #pragma once
@@ -24,11 +25,11 @@
 /// The seq2seq models (see models/seq2seq.hpp).
 namespace tapegrad::models {
 
-/// Which of the three models (see models/seq2seq.hpp).
-enum class ModelKind { rnn, attention_rnn, transformer };
-/// "rnn", "attention-rnn" or "transformer".
+/// Which model (see models/seq2seq.hpp): the three seq2seq models, or the decoder-only gpt.
+enum class ModelKind { rnn, attention_rnn, transformer, gpt };
+/// "rnn", "attention-rnn", "transformer" or "gpt".
 const char* model_name(ModelKind k);
-/// "rnn" | "attention-rnn" | "transformer"; throws Error naming the choices for anything else.
+/// "rnn" | "attention-rnn" | "transformer" | "gpt"; throws Error naming the choices for anything else.
 ModelKind parse_model(const std::string& name);
 
 /// How messages name a config's fields: as CLI options ("--d-model 0: ...") or as the fields of the
@@ -52,7 +53,7 @@ struct ModelConfig {
   nn::PositionalKind positional = nn::PositionalKind::sinusoidal;  ///< Transformer: position encoding
   bool norm_first = false;  ///< Transformer: pre-LN when true (post-LN, the paper's, otherwise)
   nn::Activation activation = nn::Activation::relu;  ///< Transformer: feed-forward activation
-  int64_t max_len = 512;                             ///< Transformer: positions the position tables hold
+  int64_t max_len = 512;  ///< Transformer: positions the position tables hold; gpt: its block size
   /// Transformer only: one [V, d_model] table serves as source embedding, target embedding and the
   /// output projection's weight (logits = x E^T, no bias), as in "Attention Is All You Need"; source
   /// and target share one vocabulary here, so all three are tied. Off: two embeddings and an output

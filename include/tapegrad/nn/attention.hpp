@@ -48,13 +48,16 @@ class MultiHeadAttention : public Module {
   /// Tq * Tk from which AttentionPath::automatic takes the fused path.
   static constexpr int64_t kFusedMinScores = 256 * 256;
   /// `dim` = C features split into `heads` heads of dim / heads (ShapeError unless it divides);
-  /// dropout on the attention weights; weights drawn from `gen`.
-  MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen);
+  /// dropout on the attention weights; weights drawn from `gen`; the four projections without a bias
+  /// when `bias` is false.
+  MultiHeadAttention(int64_t dim, int64_t heads, double dropout, Generator& gen, bool bias = true);
   /// mask: additive, broadcastable to [B, H, Tq, Tk] (such as key_padding_mask), or undefined.
   /// causal: query i may not attend to key j > i (decoder self-attention).
   /// cache: incremental decoding (see KvCache): query is the next position alone ([B, 1, C]); for
-  /// self-attention (memory is query) it attends over every position so far, itself included. A cache
-  /// needs NoGrad (Error otherwise). Returns [B, Tq, C]; dropout draws from `gen` in training.
+  /// self-attention (memory is query) it attends over every position so far, itself included. An
+  /// empty self-attention cache also takes a whole prefix at once ([B, Tq, C], causal: a prompt's
+  /// prefill). A cache needs NoGrad (Error otherwise). Returns [B, Tq, C]; dropout draws from `gen` in
+  /// training.
   Tensor forward(const Tensor& query, const Tensor& memory, const Tensor& mask, bool causal, Generator& gen,
                  KvCache* cache = nullptr);
   void set_path(AttentionPath path) { path_ = path; }  ///< Forces a path (see AttentionPath).

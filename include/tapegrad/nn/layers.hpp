@@ -37,11 +37,12 @@ class Embedding : public Module {
 /// Layer normalisation over the last axis with a learned scale and shift (init 1 and 0).
 class LayerNorm : public Module {
  public:
-  /// Normalises `dim` features; `eps` is added to the variance.
-  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  /// Normalises `dim` features; `eps` is added to the variance. Without `with_bias` there is no shift
+  /// parameter (GPT-2 / nanoGPT's bias=False form): y = norm(x) * weight.
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool with_bias = true);
   /// x [.., C] -> [.., C].
   Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps_); }
-  /// Parameters "weight" [C] (ones) and "bias" [C] (zeros).
+  /// Parameters "weight" [C] (ones) and "bias" [C] (zeros; undefined without a bias).
   /// @{
   Tensor weight, bias;
   /// @}
@@ -101,8 +102,9 @@ const char* activation_name(Activation a);
 /// Position-wise feed-forward: linear2(dropout(act(linear1(x)))).
 class FeedForward : public Module {
  public:
-  /// dim -> hidden -> dim, dropout probability `dropout`, weights drawn from `gen`.
-  FeedForward(int64_t dim, int64_t hidden, Activation act, double dropout, Generator& gen);
+  /// dim -> hidden -> dim, dropout probability `dropout`, weights drawn from `gen`; both linears
+  /// without a bias when `bias` is false.
+  FeedForward(int64_t dim, int64_t hidden, Activation act, double dropout, Generator& gen, bool bias = true);
   /// x [B, T, C] -> [B, T, C]; dropout draws from `gen` in training.
   Tensor forward(const Tensor& x, Generator& gen) const;
   /// Children "linear1" (C -> hidden) and "linear2" (hidden -> C).

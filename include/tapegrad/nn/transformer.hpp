@@ -16,15 +16,20 @@ struct TransformerLayerOptions {
   double dropout = 0.1;                      ///< on attention weights, sub-layer outputs and the feed-forward
   Activation activation = Activation::relu;  ///< the feed-forward's
   bool norm_first = false;                   ///< pre-LN when true
+  bool bias = true;  ///< false: no bias in any linear or layer norm (GPT-2 / nanoGPT's bias=False form)
 };
 
-/// x = x + SelfAttn(x); x = x + FF(x)   (with norms placed per norm_first)
+/// x = x + SelfAttn(x); x = x + FF(x)   (with norms placed per norm_first). With causal self-attention
+/// it is also the block of a decoder-only model (GPT: pre-LN, causal, no cross-attention).
 class EncoderLayer : public Module {
  public:
   /// Weights drawn from `gen`.
   EncoderLayer(const TransformerLayerOptions& o, Generator& gen);
   /// x [B, S, C], src_mask additive (key_padding_mask of the source, or undefined) -> [B, S, C].
-  Tensor forward(const Tensor& x, const Tensor& src_mask, Generator& gen);
+  /// causal: position i attends to positions <= i only. cache: incremental decoding of a causal
+  /// stack (see KvCache; x is the next position, or a whole prefix while the cache is empty).
+  Tensor forward(const Tensor& x, const Tensor& src_mask, Generator& gen, bool causal = false,
+                 KvCache* cache = nullptr);
   std::shared_ptr<MultiHeadAttention> self_attn;  ///< child "self_attn"
   std::shared_ptr<FeedForward> ff;                ///< child "ff"
   /// Children "norm1" (around self-attention) and "norm2" (around the feed-forward).

@@ -1,0 +1,73 @@
+// `train --model gpt --text` and `tapegrad generate` as a user runs them: the wrong data source for a
+// model is refused in one line, a text file with invalid UTF-8 is named with its line, the eval line
+// reports bits per character, generate prints the prompt first, one seed gives one text, --no-cache gives
+// the cached tokens, and a prompt character outside the vocabulary is reported, not dropped.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
+#include "process.hpp"
+
+namespace {
+
+using tapegrad::test::run;
+using tapegrad::test::run_split;
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = tapegrad::test::temp_dir("generate", name);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string write_text(const std::string& dir) {
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += i % 3 ? "In the beginning God created the heaven.\n" : "And the earth was void.\n";
+  std::ofstream(dir + "/text.txt", std::ios::binary) << text;
+  return dir + "/text.txt";
+}
+
+const std::string kTiny = "--block-size 16 --d-model 16 --heads 2 --layers 1 --batch-size 4 --threads 1 --seed 1 --valid-size 4 ";
+
+}  // namespace
+
+TEST_CASE("gpt needs --text and --text needs gpt: each refused in one line, exit 2", "[cli][gpt]") {
+  const std::string dir = temp_dir("refused");
+  const std::string text = write_text(dir);
+  for (const auto& [args, says] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"train --model gpt --task copy --steps 1", "--model gpt: a language model trains on text"},
+        {"train --model transformer --text " + text + " --steps 1", "only for --model gpt"},
+        {"train --model gpt --text " + text + " --train " + text + " --steps 1", "cannot be combined with --train"},
+        {"train --model gpt --text " + text + " --d-ff 32 --steps 1", "--d-ff: fixed by --model gpt"}}) {
+    CAPTURE(args);
+    const auto r = run_split(args);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  std::ofstream(dir + "/bad.txt", std::ios::binary) << "fine\nnot \xff fine\n";
+  const auto bad = run_split("train --model gpt --text " + dir + "/bad.txt --steps 1");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find(dir + "/bad.txt:2: invalid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("train --model gpt --text, then generate: the prompt first, one seed one text, --no-cache the same tokens",
+          "[cli][gpt]") {
+  const std::string dir = temp_dir("run");
+  const std::string text = write_text(dir);
+  const auto trained = run("train --model gpt --text " + text + " " + kTiny + "--steps 20 --eval-every 10 --out " + dir + "/gpt");
+  REQUIRE(trained.code == 0);
+  CHECK(trained.out.find("bits/char") != std::string::npos);
+  const std::string gen = "generate --checkpoint " + dir + "/gpt --prompt 'In the beginning' --max-new-tokens 40 "
+                          "--temperature 0.8 --top-k 5 --seed 7";
+  const auto a = run_split(gen), b = run_split(gen), uncached = run_split(gen + " --no-cache");
+  REQUIRE(a.code == 0);
+  CHECK(a.out.rfind("In the beginning", 0) == 0);
+  CHECK(a.out == b.out);
+  CHECK(a.out == uncached.out);
+  CHECK(run_split(gen + " --seed 8").out != a.out);
+  const auto unknown = run_split("generate --checkpoint " + dir + "/gpt --prompt 'In the Zoo'");
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("character 8 ('Z') is not in the checkpoint's vocabulary") != std::string::npos);
+}
