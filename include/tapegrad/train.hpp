@@ -43,6 +43,19 @@ struct TrainOptions {
   std::string train, valid;
   /// @}
   data::Tokenization tokens = data::Tokenization::chars;  ///< how TSV lines split into tokens
+  /// --tokens sentencepiece: pieces per trained model, specials included (--vocab-size), the algorithm
+  /// (--spm-type), an existing model to use instead of training one (--spm-model), and one joint
+  /// model or one per side (--spm-sides joint | separate).
+  /// @{
+  int64_t vocab_size = 8000;
+  data::SentencePieceType spm_type = data::SentencePieceType::unigram;
+  std::string spm_model;
+  std::string spm_sides = "joint";
+  /// @}
+  /// When above 0, each step's batch holds as many examples as fit this many padded tokens (batch
+  /// size times the longer of its longest source and longest target + 1), length-bucketed, instead
+  /// of batch_size sequences (--batch-tokens).
+  int64_t batch_tokens = 0;
   double valid_fraction = 0.1;      ///< TSV without valid: hold out this fraction
   int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
   int64_t batch_size = 64;          ///< sequences per step
@@ -145,6 +158,9 @@ struct OptionSpec {
 
   struct Field;                        ///< how the field is reached, read and written (options.cpp)
   std::shared_ptr<const Field> field;  ///< this row's
+  /// The option is newer than some stored files: one whose options lack its key keeps the default
+  /// (which is how those runs behaved).
+  bool absent_means_default = false;
 };
 
 /// The option table, in `train --help` order: every command-line option of `tapegrad train` but
@@ -267,6 +283,10 @@ struct CheckpointExamples {
   data::Tokenization tokenization = data::Tokenization::chars;
   /// The tokenizer of that tokenisation (the checkpoint's own for its TSV).
   std::shared_ptr<const data::Tokenizer> tokenizer;
+  /// Source and target tokens of a TSV, and how many of them the vocabulary lacks (became data::kUnk).
+  /// @{
+  int64_t tokens = 0, unknown_tokens = 0;
+  /// @}
 };
 /// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary
 /// (unknown tokens become data::kUnk), or `count` samples of the task from Generator(seed). Throws

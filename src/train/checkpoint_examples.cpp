@@ -1,6 +1,8 @@
 // Examples for a loaded checkpoint (train.hpp's examples_for_checkpoint): from a TSV file or a built-in
 // task, always as ids of the checkpoint's own vocabulary. What `tapegrad eval` scores and what
 // `tapegrad tape --checkpoint` steps on.
+#include <algorithm>
+
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
 
@@ -14,6 +16,11 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     // A LoadedModel assembled by hand (not by load_checkpoint) may lack one; chars/whitespace need no model.
     out.tokenizer = m.tokenizer ? m.tokenizer : data::make_tokenizer(out.tokenization);
     out.examples = data::encode_pairs(data::read_tsv(source.tsv, *out.tokenizer), m.vocab);
+    for (const auto& e : out.examples)
+      for (const auto* side : {&e.src, &e.tgt}) {
+        out.tokens += int64_t(side->size());
+        out.unknown_tokens += std::count(side->begin(), side->end(), data::kUnk);
+      }
     return out;
   }
   if (source.task.empty() && !m.options.train.empty())

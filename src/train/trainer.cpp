@@ -88,6 +88,18 @@ std::string Session::describe() const {
     os << train_examples.size() << " training pairs from " << options.train;
   if (blank_lines) os << " (" << blank_lines << " blank line" << (blank_lines == 1 ? "" : "s") << " skipped)";
   os << ", " << valid_examples.size() << " held out";
+  if (options.tokens == data::Tokenization::sentencepiece) {
+    // Pieces the vocabulary lacks (characters the model never saw) train as <unk>: say how many.
+    int64_t tokens = 0, unknown = 0;
+    for (const auto& e : train_examples)
+      for (const auto* side : {&e.src, &e.tgt}) {
+        tokens += int64_t(side->size());
+        unknown += std::count(side->begin(), side->end(), data::kUnk);
+      }
+    os << "; SentencePiece " << (options.spm_model.empty() ? data::sentencepiece_type_name(options.spm_type)
+                                                           : options.spm_model.c_str())
+       << ", " << unknown << " of " << tokens << " training tokens unknown";
+  }
   return os.str();
 }
 
@@ -131,6 +143,26 @@ void check_recorded_file(const std::string& recorded, const std::string& option,
       ")");
 }
 
+// The run's tokenizer: chars or whitespace; or SentencePiece, loaded from --spm-model or trained on
+// the training split alone (the lines `kept` of `text`), never on held-out lines.
+std::shared_ptr<const data::Tokenizer> make_tokenizer(const TrainOptions& o, const data::TsvText& text,
+                                                      const std::vector<size_t>& kept) {
+  if (o.tokens != data::Tokenization::sentencepiece) return data::make_tokenizer(o.tokens);
+  if (!o.spm_model.empty()) {
+    try {
+      return data::SentencePieceTokenizer::load(o.spm_model);
+    } catch (const Error& e) {
+      throw Error(std::string("--spm-model: ") + e.what());
+    }
+  }
+  std::vector<size_t> order = kept;  // in file order, so the model does not depend on the split's shuffle
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> src, tgt;
+  for (size_t i : order) src.push_back(text.src[i]), tgt.push_back(text.tgt[i]);
+  return data::SentencePieceTokenizer::train(
+      src, tgt, {o.vocab_size, o.spm_type, o.spm_sides == "separate"});
+}
+
 }  // namespace
 
 Session make_session(const TrainOptions& requested_options) {
@@ -165,31 +197,36 @@ Session make_session(const TrainOptions& requested_options) {
     Generator vg = Generator::derive(o.seed ^ kValidStream, 0);
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    s.tokenizer = data::make_tokenizer(o.tokens);
-    const auto train_pairs = data::read_tsv(o.train, *s.tokenizer, &s.blank_lines);
-    check_lengths(train_pairs, o.train, o.model.max_len);
-    std::vector<data::TextPair> valid_pairs;
-    std::vector<data::TextPair> kept = train_pairs;
+    const data::TsvText train_text = data::read_tsv_text(o.train, &s.blank_lines);
+    std::optional<data::TsvText> valid_text;
+    if (!o.valid.empty()) valid_text = data::read_tsv_text(o.valid, &s.blank_lines);
+    // Without --valid, hold out a seeded random fraction of the training file.
+    const size_t n = train_text.src.size();
+    std::vector<size_t> idx(n);
+    for (size_t i = 0; i < n; ++i) idx[i] = i;
     size_t n_valid = 0;
-    if (!o.valid.empty()) {
-      valid_pairs = data::read_tsv(o.valid, *s.tokenizer, &s.blank_lines);
-      check_lengths(valid_pairs, o.valid, o.model.max_len);
-    } else {
-      // Hold out a seeded random fraction of the training file.
-      std::vector<size_t> idx(kept.size());
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    if (!valid_text) {
       Generator::derive(o.seed ^ kSplitStream, 0xffff).shuffle(idx);
-      n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
-      kept.clear();
-      for (size_t i = 0; i < idx.size(); ++i)
-        (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
+      n_valid = size_t(std::ceil(double(n) * o.valid_fraction));
     }
-    if (kept.empty())
-      throw Error("train: no training pairs left in " + o.train + ": its " +
-                  std::to_string(train_pairs.size()) + " pair(s) were all held out by --valid-fraction " +
-                  std::to_string(o.valid_fraction) + " (pass --valid FILE or a smaller --valid-fraction)");
+    if (n_valid >= n)
+      throw Error("train: no training pairs left in " + o.train + ": its " + std::to_string(n) +
+                  " pair(s) were all held out by --valid-fraction " + std::to_string(o.valid_fraction) +
+                  " (pass --valid FILE or a smaller --valid-fraction)");
+    s.tokenizer = resumed ? resumed->tokenizer : make_tokenizer(o, train_text, {idx.begin() + long(n_valid), idx.end()});
+    const auto train_pairs = data::tokenize_tsv(train_text, *s.tokenizer, o.train);
+    check_lengths(train_pairs, o.train, o.model.max_len);
+    std::vector<data::TextPair> valid_pairs, kept;
+    if (valid_text) {
+      valid_pairs = data::tokenize_tsv(*valid_text, *s.tokenizer, o.valid);
+      check_lengths(valid_pairs, o.valid, o.model.max_len);
+    }
+    for (size_t i = 0; i < n; ++i) (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
     if (resumed) {
       s.vocab = resumed->vocab;
+    } else if (const auto* spm = dynamic_cast<const data::SentencePieceTokenizer*>(s.tokenizer.get())) {
+      const auto pieces = spm->vocabulary();
+      s.vocab = data::Vocab::from_tokens({pieces.begin() + 4, pieces.end()});
     } else {
       std::vector<std::vector<std::string>> seqs;
       for (const auto& p : kept) seqs.push_back(p.src), seqs.push_back(p.tgt);
@@ -289,6 +326,15 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     run->open_metrics(s.step, elsewhere ? o.resume_dir + "/metrics.csv" : "");
     // The effective options, so `train --config DIR/config.json` repeats the run.
     io::write_file_atomic(o.out_dir + "/config.json", o.to_json(2) + "\n");
+    // The SentencePiece model(s) as files too, for tools outside tapegrad (piece id == vocabulary id).
+    if (const auto* spm = dynamic_cast<const data::SentencePieceTokenizer*>(s.tokenizer.get())) {
+      if (spm->joint()) {
+        io::write_file_atomic(o.out_dir + "/sentencepiece.model", spm->model(data::Side::source));
+      } else {
+        io::write_file_atomic(o.out_dir + "/sentencepiece.source.model", spm->model(data::Side::source));
+        io::write_file_atomic(o.out_dir + "/sentencepiece.target.model", spm->model(data::Side::target));
+      }
+    }
   }
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {

@@ -193,6 +193,9 @@ Runner add_eval(CLI::App& app) {
         train::examples_for_checkpoint(m, {a->valid, a->task, opts, a->size, a->seed}, "eval");
     const auto& ex = held_out.examples;
     if (ex.empty()) throw Error("eval: no examples to evaluate");
+    if (held_out.unknown_tokens > 0)
+      std::fprintf(stderr, "eval: %lld of %lld tokens unknown to the vocabulary (mapped to <unk>)\n",
+                   (long long)held_out.unknown_tokens, (long long)held_out.tokens);
     int64_t longest = 0;
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
