@@ -177,6 +177,8 @@ struct Batch {
   /// @}
   int64_t batch_size() const { return int64_t(src_len.size()); }  ///< B.
   int64_t target_tokens() const;                                  ///< non-pad tokens in tgt_out
+  /// `<pad>` positions over all positions of src and tgt_out together (0 when no position is padding).
+  double padding_fraction() const;
 };
 
 /// Pads to the longest source / target in `examples` (at least 1 position each).

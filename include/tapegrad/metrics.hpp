@@ -26,10 +26,13 @@ struct MetricsRow {
   double valid_loss = std::numeric_limits<double>::quiet_NaN();         ///< Held-out loss (teacher-forced).
   double valid_token_accuracy = std::numeric_limits<double>::quiet_NaN();  ///< Held-out token accuracy.
   double valid_exact_match = std::numeric_limits<double>::quiet_NaN();     ///< Held-out exact match.
+  /// `<pad>` share of the step's batch positions (data::Batch::padding_fraction); --batch-tokens runs.
+  double padding_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The header line of metrics.csv (no newline): the column names in the order metrics_line writes them,
-/// "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match".
+/// "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match,
+/// padding_fraction".
 std::string metrics_header();
 
 /// `row` as a metrics.csv line in metrics_header()'s order (no newline): an empty field for NaN, otherwise

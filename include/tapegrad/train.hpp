@@ -181,6 +181,7 @@ struct EvalResult {
 };
 
 class RunDirectory;
+class TokenBatches;
 
 /// Everything a session needs: data, vocabulary, model, optimizer, and where it is.
 struct Session {
@@ -198,6 +199,8 @@ struct Session {
   std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
   int64_t step = 0;                             ///< steps completed
   std::shared_ptr<RunDirectory> run_dir;        ///< --out, locked for this session; null without --out
+  /// --batch-tokens: the length-bucketed batches (src/train/token_batches.hpp); null by sequence count.
+  std::shared_ptr<TokenBatches> token_batches;
 
   /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
@@ -234,6 +237,7 @@ struct StepLog {
   double step_seconds = 0;            ///< this step's wall time
   double backward_seconds = 0;        ///< of which backward (with the wait for the gradient sums)
   double allreduce_wait_seconds = 0;  ///< of which waiting for gradient sums (data-parallel runs)
+  double padding_fraction = 0;        ///< of the step's batch (data::Batch::padding_fraction)
 };
 /// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
 /// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.

@@ -28,6 +28,7 @@ constexpr Column kColumns[] = {
     {"valid_loss", &MetricsRow::valid_loss},
     {"valid_token_accuracy", &MetricsRow::valid_token_accuracy},
     {"valid_exact_match", &MetricsRow::valid_exact_match},
+    {"padding_fraction", &MetricsRow::padding_fraction},
 };
 constexpr int kStep = -2;  // member_ entry of the step column
 

@@ -9,6 +9,7 @@
 
 #include "src/train/distributed.hpp"
 #include "src/train/run_directory.hpp"
+#include "src/train/token_batches.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/distributed.hpp"
@@ -55,7 +56,9 @@ data::Batch Session::batch_for_step(int64_t s) const { return data::make_batch(e
 std::vector<data::Example> Session::examples_for_step(int64_t s) const {
   std::vector<data::Example> ex;
   const int64_t B = options.batch_size;
-  if (task) {
+  if (token_batches) {
+    for (int64_t i : token_batches->batch(s)) ex.push_back(train_examples[size_t(i)]);
+  } else if (task) {
     Generator gen = Generator::derive(options.seed ^ kTrainStream, uint64_t(s));
     for (int64_t i = 0; i < B; ++i) ex.push_back(task->sample(gen));
   } else {
@@ -235,6 +238,14 @@ Session make_session(const TrainOptions& requested_options) {
     s.train_examples = data::encode_pairs(kept, s.vocab);
     s.valid_examples = data::encode_pairs(valid_pairs, s.vocab);
   }
+  if (o.batch_tokens > 0) {
+    int64_t longest = 0;
+    for (const auto& e : s.train_examples) longest = std::max(longest, TokenBatches::cost(e));
+    if (longest > o.batch_tokens)
+      throw Error("--batch-tokens " + std::to_string(o.batch_tokens) + ": below the longest training example (" +
+                  std::to_string(longest) + " tokens with <bos>/<eos>), which would fit no batch");
+    s.token_batches = std::make_shared<TokenBatches>(s.train_examples, o.batch_tokens, o.seed);
+  }
   o.model.vocab_size = s.vocab.size();
   if (o.decode_max_len <= 0) {
     int64_t longest = longest_target(s.valid_examples);
@@ -359,9 +370,16 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   if (o.detect_anomaly) anomaly.emplace();
   while (s.step < o.steps) {
     StepResult r;
+    double padding = 0;
     try {
       if (anomaly) anomaly->set_step(s.step + 1);
-      r = parallel ? parallel->step(s) : train_step(s, s.batch_for_step(s.step + 1));
+      if (parallel) {
+        r = parallel->step(s);
+      } else {
+        const data::Batch batch = s.batch_for_step(s.step + 1);
+        padding = batch.padding_fraction();
+        r = train_step(s, batch);
+      }
     } catch (const NonFiniteError& e) {
       if (!run) throw;
       // The parameters of step s.step gave it: if they were saved, they are not a good checkpoint.
@@ -378,11 +396,13 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(),
                       r.seconds,
                       r.backward_seconds,
-                      r.allreduce_wait_seconds};
+                      r.allreduce_wait_seconds,
+                      padding};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
       MetricsRow row;
       row.step = r.step, row.loss = log.loss, row.lr = r.lr, row.grad_norm = r.grad_norm;
       row.tokens_per_second = log.tokens_per_second;
+      if (o.batch_tokens > 0) row.padding_fraction = padding;
       run->append_metrics(row);
     }
     if (on_step && writer) on_step(log);
