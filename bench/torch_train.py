@@ -6,7 +6,9 @@ zero_grad on a fixed batch of random (source, target) pairs, no padding, dropout
   transformer:      batch 64, lengths 32, vocabulary 32; d_model 128, 4 heads, 2 encoder + 2 decoder
                     layers (nn.TransformerEncoderLayer / DecoderLayer, post-LN, ReLU, d_ff 512, no final
                     norms: like tapegrad's post-LN model), embeddings * sqrt(d_model) + sinusoidal
-                    positions, output Linear to the vocabulary.
+                    positions, output Linear to the vocabulary; tapegrad_transformer below, which
+                    bench/torch_translate.py shares, with tapegrad's initialisation (the step's
+                    time does not depend on it).
   attention_gru:    batch 64, lengths 32, vocabulary 32; embeddings 128, a 2-layer nn.GRU encoder
                     (hidden 256), a decoder of two nn.GRUCell stepped over time with input feeding
                     ([embedding; previous attentional vector]), additive attention
@@ -48,36 +50,120 @@ WORKLOADS = {
 }
 
 
+def openmp_blas_env(script):
+    """The environment for a PyTorch process: the OpenMP OpenBLAS first on LD_LIBRARY_PATH and no
+    OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE / OMP_NUM_THREADS (see the header). `script` names the caller
+    in the warning printed when the OpenMP build is missing."""
+    env = dict(os.environ)
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"):
+        env.pop(k, None)
+    if os.path.isdir(OPENBLAS_OPENMP):
+        paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != OPENBLAS_OPENMP]
+        env["LD_LIBRARY_PATH"] = ":".join([OPENBLAS_OPENMP] + paths)
+    else:
+        print(f"warning: {script}: {OPENBLAS_OPENMP} missing (apt-get install libopenblas0-openmp); "
+              "2-thread figures will suffer from OpenBLAS pthreads vs OpenMP", file=sys.stderr)
+    return env
+
+
+def tapegrad_transformer(torch, nn, vocab, d, heads, layers, ff, dropout=0.0, activation="relu",
+                         norm_first=False, positional="sinusoidal", max_len=512, tie_embeddings=False):
+    """tapegrad's Transformer (src/models/transformer.cpp, src/nn/{transformer,attention,layers}.cpp)
+    in PyTorch modules, with tapegrad's initialisation of every parameter:
+      - embeddings N(0, 1/d), times sqrt(d) in forward, plus sinusoidal positions (computed in float64
+        as tapegrad does) or a learned table N(0, 0.02^2), or none; then dropout;
+      - every Linear, the attention projections included (q, k, v stacked in in_proj_weight): weight and
+        bias uniform(+-1/sqrt(fan_in)); LayerNorm 1 and 0, eps 1e-5;
+      - post-LN layers, or pre-LN (norm_first) with a final LayerNorm after the encoder and the decoder;
+      - dropout on the attention weights, on each sub-layer's output before its residual add and after
+        the feed-forward activation (nn.Transformer*Layer's placement, which is tapegrad's);
+      - relu, gelu-exact or gelu-tanh in the feed-forward;
+      - an output Linear to the vocabulary, or with tie_embeddings one table for the source and target
+        embeddings and the output projection (x E^T, no bias);
+      - the source key-padding mask (encoder self-attention and cross-attention) only when the batch
+        has padding; causal decoder self-attention without a target padding mask, as tapegrad.
+    forward(src [B,S], tgt_in [B,T]) -> logits [B,T,vocab]; pad id 0."""
+    F = nn.functional
+    act = {"relu": "relu", "gelu-exact": "gelu", "gelu-tanh": lambda x: F.gelu(x, approximate="tanh"),
+           "gelu": lambda x: F.gelu(x, approximate="tanh")}[activation]
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.d = d
+            self.src_embed = nn.Embedding(vocab, d)
+            self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(vocab, d)
+            self.positional = positional
+            if positional == "sinusoidal":
+                t = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+                i = torch.arange(d, dtype=torch.float64)
+                angle = t / torch.pow(10000.0, 2 * torch.div(i, 2, rounding_mode="floor") / d)
+                pe = torch.where(torch.arange(d) % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
+                self.register_buffer("src_pos", pe)
+                self.register_buffer("tgt_pos", pe.clone())
+            elif positional == "learned":
+                self.src_pos = nn.Parameter(torch.randn(max_len, d) * 0.02)
+                self.tgt_pos = nn.Parameter(torch.randn(max_len, d) * 0.02)
+            else:
+                self.src_pos = self.tgt_pos = None
+            self.drop = nn.Dropout(dropout)
+            enc = nn.TransformerEncoderLayer(d, heads, ff, dropout=dropout, activation=act, batch_first=True,
+                                             norm_first=norm_first)
+            dec = nn.TransformerDecoderLayer(d, heads, ff, dropout=dropout, activation=act, batch_first=True,
+                                             norm_first=norm_first)
+            self.encoder = nn.TransformerEncoder(enc, layers, norm=nn.LayerNorm(d) if norm_first else None,
+                                                 enable_nested_tensor=False)
+            self.decoder = nn.TransformerDecoder(dec, layers, norm=nn.LayerNorm(d) if norm_first else None)
+            self.out = None if tie_embeddings else nn.Linear(d, vocab)
+            self.causal = {}
+            with torch.no_grad():
+                # nn.TransformerEncoder/Decoder deep-copy one layer (every layer would start equal) and
+                # nn.MultiheadAttention draws in_proj with Xavier and zero biases: re-draw all of it the
+                # way tapegrad does, independently per layer.
+                for m in self.modules():
+                    if isinstance(m, nn.Linear):
+                        bound = 1 / math.sqrt(m.in_features)
+                        m.weight.uniform_(-bound, bound)
+                        if m.bias is not None:
+                            m.bias.uniform_(-bound, bound)
+                    elif isinstance(m, nn.MultiheadAttention):
+                        bound = 1 / math.sqrt(m.embed_dim)
+                        m.in_proj_weight.uniform_(-bound, bound)
+                        m.in_proj_bias.uniform_(-bound, bound)
+                    elif isinstance(m, nn.Embedding):
+                        m.weight.normal_(0.0, 1 / math.sqrt(d))
+
+        def embed(self, table, pos, ids):
+            x = table(ids) * math.sqrt(self.d)
+            return self.drop(x if pos is None else x + pos[: ids.shape[1]])
+
+        def causal_mask(self, T):
+            if T not in self.causal:
+                self.causal[T] = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+            return self.causal[T]
+
+        def encode(self, src):
+            """(memory [B,S,d], the key-padding mask or None)"""
+            pad = src == 0
+            mask = pad if bool(pad.any()) else None
+            return self.encoder(self.embed(self.src_embed, self.src_pos, src), src_key_padding_mask=mask), mask
+
+        def decode(self, tgt_in, memory, mask):
+            x = self.embed(self.tgt_embed, self.tgt_pos, tgt_in)
+            x = self.decoder(x, memory, tgt_mask=self.causal_mask(tgt_in.shape[1]), memory_key_padding_mask=mask)
+            return self.out(x) if self.out is not None else x @ self.src_embed.weight.t()
+
+        def forward(self, src, tgt_in):
+            memory, mask = self.encode(src)
+            return self.decode(tgt_in, memory, mask)
+
+    return Transformer()
+
+
 def build(name, torch, nn):
     F = nn.functional
     w = WORKLOADS[name]
-    T, V = w["T"], w["V"]
-
-    class Transformer(nn.Module):
-        def __init__(self, d, heads, layers, ff):
-            super().__init__()
-            self.d = d
-            self.src_embed = nn.Embedding(V, d)
-            self.tgt_embed = nn.Embedding(V, d)
-            pos = torch.arange(512, dtype=torch.float32).unsqueeze(1)
-            div = torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float32) / d)
-            pe = torch.zeros(512, d)
-            pe[:, 0::2] = torch.sin(pos / div)
-            pe[:, 1::2] = torch.cos(pos / div)
-            self.register_buffer("pe", pe)
-            enc = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
-            dec = nn.TransformerDecoderLayer(d, heads, ff, dropout=0.0, batch_first=True)
-            self.encoder = nn.TransformerEncoder(enc, layers, enable_nested_tensor=False)
-            self.decoder = nn.TransformerDecoder(dec, layers)
-            self.out = nn.Linear(d, V)
-            self.register_buffer("causal", torch.triu(torch.full((T, T), float("-inf")), diagonal=1))
-
-        def forward(self, src, tgt_in):
-            scale = math.sqrt(self.d)
-            s = self.src_embed(src) * scale + self.pe[: src.shape[1]]
-            t = self.tgt_embed(tgt_in) * scale + self.pe[: tgt_in.shape[1]]
-            memory = self.encoder(s)
-            return self.out(self.decoder(t, memory, tgt_mask=self.causal))
+    V = w["V"]
 
     class AttentionGRU(nn.Module):
         def __init__(self, E, H, layers):
@@ -112,7 +198,9 @@ def build(name, torch, nn):
                 outs.append(feed)
             return self.out(torch.stack(outs, 1))
 
-    return (AttentionGRU if name == "attention_gru" else Transformer)(**w["sizes"])
+    if name == "attention_gru":
+        return AttentionGRU(**w["sizes"])
+    return tapegrad_transformer(torch, nn, V, **w["sizes"])
 
 
 def run_one(name, threads, steps, warmup):
@@ -179,15 +267,7 @@ def main():
     if a.child:
         print(json.dumps(run_one(a.child[0], int(a.child[1]), a.steps, a.warmup)))
         return
-    env = dict(os.environ)
-    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"):
-        env.pop(k, None)
-    if os.path.isdir(OPENBLAS_OPENMP):
-        paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != OPENBLAS_OPENMP]
-        env["LD_LIBRARY_PATH"] = ":".join([OPENBLAS_OPENMP] + paths)
-    else:
-        print(f"warning: {OPENBLAS_OPENMP} missing (apt-get install libopenblas0-openmp); "
-              "2-thread figures will suffer from OpenBLAS pthreads vs OpenMP", file=sys.stderr)
+    env = openmp_blas_env("torch_train.py")
     names = a.models.split(",")
     for name in names:
         if name not in WORKLOADS:

@@ -12,6 +12,8 @@
 ///                similar size, at 1 and N threads, beside each step's critical path and parallel width
 ///   gradient-path  |d log p(y_j) / d source embedding| against distance for a trained rnn,
 ///                attention-rnn and transformer on reverse; the critical path of a step against length
+///   bleu-vs-length  test BLEU per source-length bin on a real TSV corpus: rnn, attention-rnn,
+///                transformer, each at its swept learning rate, two seeds
 /// ```
 ///
 /// Every arm of an accuracy experiment trains with the same seed (so the same batches), the same step
@@ -38,6 +40,8 @@ struct Options {
   bool quick = false;   ///< tiny models, lengths and budgets: seconds, for tests and a first look
   bool sweep = false;   ///< accuracy experiments: choose each arm's recipe by a sweep on a validation split
   std::string out_dir;  ///< when set: results.csv and report.txt are written here
+  /// bleu-vs-length: the directory holding train.tsv, valid.tsv and test.tsv (empty: data/bible-es-en)
+  std::string corpus;
 };
 
 /// A table of formatted cells; `to_text` aligns the chosen columns, `to_csv` writes them all.

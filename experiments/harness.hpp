@@ -11,6 +11,7 @@
 //   tape_shape.cpp the shape of one training step's tape: entries, critical path, work, parallel width
 //   equivariance.cpp  positional's exact check: the encoder without positions is permutation-equivariant
 //   attention_maps.cpp  attention-maps: cross-attention mass on the expected source position (reverse)
+//   bleu_vs_length.cpp  bleu-vs-length: test BLEU per source-length bin on a TSV corpus, three models
 //   report.cpp    Table and Report (text and CSV), number formatting
 #pragma once
 
@@ -195,5 +196,6 @@ Report positional(const Options& opts, const Callbacks& cb);
 Report parallelism(const Options& opts, const Callbacks& cb);
 Report gradient_path(const Options& opts, const Callbacks& cb);
 Report attention_maps(const Options& opts, const Callbacks& cb);
+Report bleu_vs_length(const Options& opts, const Callbacks& cb);  // bleu_vs_length.cpp
 
 }  // namespace tapegrad::experiment::detail

@@ -178,6 +178,7 @@ struct EvalResult {
   double exact_match = 0;            ///< greedy output equals the target exactly
   int64_t examples = 0;              ///< examples scored
   std::vector<std::string> samples;  ///< a few "source -> output (target)" lines
+  std::vector<std::string> outputs;  ///< every example's greedy output, detokenised, in order (for BLEU)
 };
 
 class RunDirectory;
@@ -285,6 +286,8 @@ struct CheckpointExamples {
   std::vector<data::Example> examples;  ///< Every TSV pair, or `count` task samples.
   /// The TSV's (the checkpoint's) or the task's.
   data::Tokenization tokenization = data::Tokenization::chars;
+  /// Each example's target text: the TSV's target column as written, or a task's target detokenised.
+  std::vector<std::string> target_text;
   /// The tokenizer of that tokenisation (the checkpoint's own for its TSV).
   std::shared_ptr<const data::Tokenizer> tokenizer;
   /// Source and target tokens of a TSV, and how many of them the vocabulary lacks (became data::kUnk).

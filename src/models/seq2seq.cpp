@@ -41,8 +41,9 @@ std::vector<int32_t> Seq2Seq::beam_search(const std::vector<int32_t>& src, int64
     std::vector<int32_t> tokens;  // starts with <bos>
     double logp = 0;
   };
-  auto score = [alpha](const Hyp& h, bool finished) {
-    const double len = double(h.tokens.size() - 1 + (finished ? 0 : 0));
+  // The length-normalised score of seq2seq.hpp: |y| counts the tokens after <bos> (<eos> included).
+  auto score = [alpha](const Hyp& h) {
+    const double len = double(h.tokens.size() - 1);
     return h.logp / std::pow(std::max(len, 1.0), alpha);
   };
   std::vector<Hyp> live{{{data::kBos}, 0.0}};
@@ -73,7 +74,7 @@ std::vector<int32_t> Seq2Seq::beam_search(const std::vector<int32_t>& src, int64
   for (Hyp& h : live) done.push_back(std::move(h));
   const Hyp* best = nullptr;
   for (const Hyp& h : done)
-    if (!best || score(h, true) > score(*best, true)) best = &h;
+    if (!best || score(h) > score(*best)) best = &h;
   std::vector<int32_t> out;
   if (best)
     for (size_t i = 1; i < best->tokens.size() && best->tokens[i] != data::kEos; ++i) out.push_back(best->tokens[i]);

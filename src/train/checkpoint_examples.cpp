@@ -15,7 +15,9 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     out.tokenization = m.options.tokens;
     // A LoadedModel assembled by hand (not by load_checkpoint) may lack one; chars/whitespace need no model.
     out.tokenizer = m.tokenizer ? m.tokenizer : data::make_tokenizer(out.tokenization);
-    out.examples = data::encode_pairs(data::read_tsv(source.tsv, *out.tokenizer), m.vocab);
+    const data::TsvText text = data::read_tsv_text(source.tsv);
+    out.examples = data::encode_pairs(data::tokenize_tsv(text, *out.tokenizer, source.tsv), m.vocab);
+    out.target_text = text.tgt;
     for (const auto& e : out.examples)
       for (const auto* side : {&e.src, &e.tgt}) {
         out.tokens += int64_t(side->size());
@@ -37,6 +39,8 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   out.tokenizer = data::make_tokenizer(out.tokenization);
   Generator gen(source.seed);
   out.examples = task->sample_many(gen, source.count);
+  for (const auto& e : out.examples)
+    out.target_text.push_back(out.tokenizer->detokenize(task->vocab().decode(e.tgt), data::Side::target));
   return out;
 }
 

@@ -308,6 +308,7 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
       for (size_t k = 0; k < want.size(); ++k) correct += k < got.size() && got[k] == want[k];
       tokens += int64_t(want.size());
       exact += got == want;
+      r.outputs.push_back(tokenizer.detokenize(vocab.decode(got), data::Side::target));
       if (int(r.samples.size()) < samples)
         r.samples.push_back(tokenizer.detokenize(vocab.decode(chunk[i].src), data::Side::source) + " -> " +
                             tokenizer.detokenize(vocab.decode(got), data::Side::target) + "   (target " +

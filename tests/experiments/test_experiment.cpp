@@ -294,3 +294,57 @@ TEST_CASE("experiment: bad names and options exit 2 with the reason", "[cli][exp
                            Catch::Contains("--quick") && Catch::Contains("results.csv") &&
                            Catch::Contains("--seeds") && Catch::Contains("report.md"));
 }
+
+TEST_CASE("experiment bleu-vs-length --quick: BLEU per model, seed and source-length bin on a TSV corpus",
+          "[cli][experiment]") {
+  const std::string corpus = temp_dir("bleu-corpus"), dir = temp_dir("bleu-vs-length");
+  fs::create_directories(corpus);
+  // Reverse the words of a sentence; test sources of 5, 15 and 55 words (bins 1-10, 11-20, 51+).
+  const char* words[] = {"in", "the", "beginning", "god", "created", "heavens", "and", "earth", "was", "void"};
+  auto sentence = [&](int n, int shift, bool reversed) {
+    std::string s;
+    for (int k = 0; k < n; ++k) s += (k ? " " : "") + std::string(words[((reversed ? n - 1 - k : k) * 7 + shift) % 10]);
+    return s;
+  };
+  std::map<int, int> test_lengths = {{5, 4}, {15, 3}, {55, 2}};
+  {
+    std::ofstream train(corpus + "/train.tsv"), valid(corpus + "/valid.tsv"), test(corpus + "/test.tsv");
+    for (int i = 0; i < 40; ++i) train << sentence(2 + i % 12, i, false) << "\t" << sentence(2 + i % 12, i, true) << "\n";
+    for (int i = 0; i < 6; ++i) valid << sentence(3 + i, i, false) << "\t" << sentence(3 + i, i, true) << "\n";
+    for (const auto& [n, count] : test_lengths)
+      for (int i = 0; i < count; ++i) test << sentence(n, i, false) << "\t" << sentence(n, i, true) << "\n";
+  }
+  const Run r = run("experiment bleu-vs-length --quick --steps 8 --seeds 2 --threads 1 --corpus " + corpus + " --out " + dir);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const auto rows = read_csv(dir + "/results.csv");
+  const auto& h = rows[0];
+  REQUIRE(rows.size() == 1 + 3 * 2 * 3);  // {rnn, attention-rnn, transformer} x 2 seeds x 3 non-empty bins
+  std::map<std::string, std::string> pairs;
+  std::set<std::pair<std::string, std::string>> runs;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    CHECK(rows[i][column(h, "experiment")] == "bleu-vs-length");
+    runs.insert({rows[i][column(h, "model")], rows[i][column(h, "seed")]});
+    pairs[rows[i][column(h, "bin")]] = rows[i][column(h, "pairs")];
+    for (const char* c : {"bleu", "test_bleu", "test_chrf"}) {
+      const double v = std::stod(rows[i][column(h, c)]);
+      CHECK(v >= 0);
+      CHECK(v <= 100);
+    }
+  }
+  CHECK(runs.size() == 6);
+  CHECK(pairs == std::map<std::string, std::string>{{"1-10", "4"}, {"11-20", "3"}, {"51+", "2"}});
+  CHECK_THAT(r.out, Catch::Contains("attention-rnn vs rnn on the longest bin (51+, 2 pairs)") &&
+                        Catch::Contains("transformer "));
+  CHECK_THAT(r.out, Catch::Contains("learning rates chosen by validation loss"));
+  check_report_md(dir, "bleu-vs-length", r.out);
+  std::ifstream md(dir + "/report.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains("Learning-rate sweep") && Catch::Contains("bleu_vs_length.png"));
+  // Without the corpus: one line naming the missing file, exit 2.
+  const Run missing = run("experiment bleu-vs-length --quick --corpus " + corpus + "/nowhere");
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.out, Catch::Contains("nowhere/train.tsv"));
+  fs::remove_all(corpus), fs::remove_all(dir);
+}

@@ -21,6 +21,7 @@ Runner add_translate(CLI::App& app);
 Runner add_attention(CLI::App& app);
 Runner add_experiment(CLI::App& app);
 Runner add_plot(CLI::App& app);
+Runner add_score(CLI::App& app);
 
 // Checks an option's value at parse time, so a bad value exits 2 before anything is built or written.
 // Each names the option and its range, e.g. "--beam 0: expected an integer in [1, 64]".

@@ -72,6 +72,8 @@ Runner add_experiment(CLI::App& app) {
       ->check(int_range(1, 1024));
   sub->add_option("--out", a->o.out_dir,
                   "Directory for results.csv, report.txt, report.md and the PNG figures");
+  sub->add_option("--corpus", a->o.corpus,
+                  "bleu-vs-length: directory with train.tsv, valid.tsv and test.tsv (default data/bible-es-en)");
   sub->add_flag("--quick", a->o.quick, "Tiny models, lengths and budgets: a first look in seconds");
   sub->add_flag("--sweep", a->o.sweep,
                 "Accuracy experiments: first train every recipe of the sweep (lr 5e-4, 1e-3, 2e-3; post-LN and "

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "curves.hpp"
 #include "run_options.hpp"
+#include "score_output.hpp"
 #include "tapegrad/distributed.hpp"
 #include "tapegrad/runtime.hpp"
 #include "tapegrad/tapegrad.hpp"
@@ -26,6 +28,22 @@ std::string format_duration(double s) {
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
   else
     std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
+  return buf;
+}
+
+// --beam and --length-penalty, as eval and translate take them.
+void add_decoding_options(CLI::App* sub, int64_t* beam, double* length_penalty) {
+  sub->add_option("--beam", *beam, "Beam width (1: greedy)")->capture_default_str()->check(int_range(1, 64));
+  sub->add_option("--length-penalty", *length_penalty,
+                  "Beam search's alpha: hypotheses ranked by log P(y) / |y|^alpha, |y| counting <eos> (0: "
+                  "log-probability alone, favouring short outputs; 1: per-token mean); used when --beam > 1")
+      ->capture_default_str()
+      ->check(finite_range(0, 10));
+}
+
+std::string format_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
 }
 
@@ -162,6 +180,9 @@ Runner add_eval(CLI::App& app) {
     uint64_t seed = 20261130;
     int threads = 0;
     bool json = false;
+    bool bleu = false;
+    double length_penalty = 0.6;
+    std::string hyp_out;
   };
   auto a = std::make_shared<Args>();
   auto* sub =
@@ -186,8 +207,14 @@ Runner add_eval(CLI::App& app) {
   sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
   sub->add_flag("--json", a->json,
                 "Print one JSON object instead (checkpoint, step, model, examples, exact_match, "
-                "token_accuracy, loss, samples), every figure at full precision: it reads back as the same "
-                "double");
+                "token_accuracy, loss, samples, and with --bleu bleu and chrf as `score --json` prints "
+                "them), every figure at full precision: it reads back as the same double");
+  sub->add_flag("--bleu", a->bleu,
+                "Also print corpus BLEU (13a, as sacreBLEU) and chrF2 of the detokenised outputs against "
+                "the targets as written in --valid (a task's targets detokenised)");
+  add_decoding_options(sub, &a->beam, &a->length_penalty);
+  sub->add_option("--hyp-out", a->hyp_out,
+                  "Write the outputs (greedy, or beam search with --beam), detokenised, one line per example");
   return [a, mn, mx] {
     if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
@@ -198,13 +225,34 @@ Runner add_eval(CLI::App& app) {
         train::examples_for_checkpoint(m, {a->valid, a->task, opts, a->size, a->seed}, "eval");
     const auto& ex = held_out.examples;
     if (ex.empty()) throw Error("eval: no examples to evaluate");
-    if (held_out.unknown_tokens > 0)
+    if (held_out.unknown_tokens > 0 && !a->json)  // --json: standard output and error are one object
       std::fprintf(stderr, "eval: %lld of %lld tokens unknown to the vocabulary (mapped to <unk>)\n",
                    (long long)held_out.unknown_tokens, (long long)held_out.tokens);
     int64_t longest = 0;
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
     const train::EvalResult r = train::evaluate(*m.model, m.vocab, *held_out.tokenizer, ex, a->batch_size, max_len, 5);
+    std::vector<std::string> outputs = r.outputs;  // greedy
+    if (a->beam > 1) {
+      outputs.clear();
+      for (const auto& e : ex)
+        outputs.push_back(held_out.tokenizer->detokenize(
+            m.vocab.decode(m.model->beam_search(e.src, a->beam, max_len, a->length_penalty)), data::Side::target));
+    }
+    if (!a->hyp_out.empty()) {
+      std::string text;
+      for (const auto& o : outputs) text += o + "\n";
+      io::write_file_atomic(a->hyp_out, text);
+    }
+    std::optional<data::BleuScore> bleu;
+    std::optional<data::ChrfScore> chrf;
+    if (a->bleu) {
+      bleu = data::corpus_bleu(outputs, {held_out.target_text});
+      chrf = data::corpus_chrf(outputs, {held_out.target_text});
+    }
+    const std::string decoding = a->beam > 1 ? "beam " + std::to_string(a->beam) + ", length penalty " +
+                                                   format_number(a->length_penalty)
+                                             : "greedy";
     if (a->json) {
       const nlohmann::json j = {{"checkpoint", a->checkpoint},
                                 {"step", m.step},
@@ -214,7 +262,9 @@ Runner add_eval(CLI::App& app) {
                                 {"token_accuracy", r.token_accuracy},
                                 {"loss", r.loss},
                                 {"samples", r.samples}};
-      std::printf("%s\n", j.dump().c_str());
+      nlohmann::json out = j;
+      if (bleu) out.update(score_json(*bleu, *chrf)), out["decoding"] = decoding;
+      std::printf("%s\n", out.dump().c_str());
       return 0;
     }
     std::printf("checkpoint: %s (step %lld, %s)\n", a->checkpoint.c_str(), (long long)m.step,
@@ -224,6 +274,10 @@ Runner add_eval(CLI::App& app) {
     std::printf("token_accuracy: %.4f\n", r.token_accuracy);
     std::printf("loss: %.4f\n", r.loss);
     for (const auto& s : r.samples) std::printf("    %s\n", s.c_str());
+    if (bleu) {
+      std::printf("outputs scored: %s (exact_match and token_accuracy are greedy)\n", decoding.c_str());
+      std::printf("%s\n%s\n", bleu->text().c_str(), chrf->text().c_str());
+    }
     return 0;
   };
 }
@@ -233,6 +287,7 @@ Runner add_translate(CLI::App& app) {
     std::string checkpoint;
     std::vector<std::string> inputs;
     int64_t beam = 1, max_len = 0;
+    double length_penalty = 0.6;
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -240,9 +295,7 @@ Runner add_translate(CLI::App& app) {
                                  "Decode source lines with a checkpoint: one output line per input line.\n"
                                  "Example: echo abcdef | tapegrad translate --checkpoint runs/rev");
   sub->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
-  sub->add_option("--beam", a->beam, "Beam width (1: greedy)")
-      ->capture_default_str()
-      ->check(int_range(1, 64));
+  add_decoding_options(sub, &a->beam, &a->length_penalty);
   sub->add_option("--max-output", a->max_len, "Longest output (default: 2 x input + 8)")
       ->check(int_range(1, 100000));
   sub->add_option("--threads", a->threads, "Kernel threads")->check(int_range(1, 1024));
@@ -276,7 +329,7 @@ Runner add_translate(CLI::App& app) {
       const int64_t max_len = a->max_len > 0 ? a->max_len : 2 * longest + 8;
       std::vector<std::vector<int32_t>> outs;
       if (a->beam > 1) {
-        for (const auto& e : ex) outs.push_back(m.model->beam_search(e.src, a->beam, max_len));
+        for (const auto& e : ex) outs.push_back(m.model->beam_search(e.src, a->beam, max_len, a->length_penalty));
       } else {
         const data::Batch b = data::make_batch(ex);
         outs = m.model->greedy_decode(b.src, b.src_len, max_len);

@@ -3,6 +3,7 @@
 //   tapegrad train       train a seq2seq model on a built-in task or TSV files; checkpoints, CSV curves
 //   tapegrad eval        exact-match and token accuracy of a checkpoint on a task or a TSV file
 //   tapegrad translate   decode lines from stdin (or arguments) with a checkpoint
+//   tapegrad score       corpus BLEU and chrF2 of a hypothesis file against reference files
 //   tapegrad attention   attention heatmaps of a checkpoint on one input (PNG and text)
 //   tapegrad experiment  measure the claims: bottleneck, long-range, positional, parallelism
 //   tapegrad plot        training curves of run directories (metrics.csv) as a PNG
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<std::pair<CLI::App*, cli::Runner>> commands = [&] {
     std::vector<std::pair<CLI::App*, cli::Runner>> c;
-    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_attention, cli::add_experiment, cli::add_plot,
+    for (auto add : {cli::add_train, cli::add_eval, cli::add_translate, cli::add_score, cli::add_attention, cli::add_experiment, cli::add_plot,
                      cli::add_gradcheck, cli::add_tape, cli::add_profile, cli::add_info}) {
       const size_t before = app.get_subcommands({}).size();
       cli::Runner r = add(app);

@@ -105,8 +105,12 @@ class Seq2Seq : public nn::Module {
   /// Greedy decoding of src [B, S] (lengths src_len): up to max_len tokens each, stopping at `<eos>`.
   virtual std::vector<std::vector<int32_t>> greedy_decode(const Tensor& src, const std::vector<int64_t>& src_len,
                                                           int64_t max_len) = 0;
-  /// Beam search for one source sequence; returns the best hypothesis (without `<bos>`/`<eos>`),
-  /// scored by log-probability / length^alpha.
+  /// Beam search for one source sequence; returns the best hypothesis (without `<bos>`/`<eos>`).
+  /// Keeps the `beam` most probable prefixes each step and stops when `beam` hypotheses have ended
+  /// (or after max_len tokens); the ended and the live ones are then ranked by the length-normalised
+  /// score log P(y) / max(|y|, 1)^alpha, where |y| counts the generated tokens including `<eos>`.
+  /// alpha = 0 ranks by log-probability alone, which favours short outputs; alpha = 1 by the mean
+  /// log-probability per token; values in between (the default 0.6) trade the two.
   std::vector<int32_t> beam_search(const std::vector<int32_t>& src, int64_t beam, int64_t max_len,
                                    double alpha = 0.6);
   /// Log-probabilities of the next token for each prefix in `prefixes` (all of one length, starting
