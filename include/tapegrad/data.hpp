@@ -53,6 +53,71 @@ class Tokenizer {
 /// sentencepiece, which needs a model (SentencePieceTokenizer).
 std::shared_ptr<const Tokenizer> make_tokenizer(Tokenization t);
 
+/// The SentencePiece algorithm a model is trained with.
+enum class SentencePieceType { unigram, bpe };
+/// "unigram" or "bpe".
+const char* sentencepiece_type_name(SentencePieceType t);
+/// "unigram" | "bpe"; throws Error naming the valid ones.
+SentencePieceType parse_sentencepiece_type(const std::string& name);
+
+/// How SentencePieceTokenizer::train trains its model(s).
+struct SentencePieceOptions {
+  /// Pieces per model, the four specials included (SentencePiece's vocab_size).
+  int64_t vocab_size = 8000;
+  SentencePieceType type = SentencePieceType::unigram;  ///< the algorithm
+  bool separate_sides = false;  ///< one model per side instead of one joint model
+};
+
+/// Subword pieces through SentencePiece (Kudo and Richardson 2018): one joint model for both sides,
+/// or one per side. Every model has ids 0-3 `<pad>` `<bos>` `<eos>` `<unk>`, as Vocab does, so
+/// vocabulary() lists the same tokens in the same order as the (joint) model's piece ids: a piece's
+/// id in the model is its id in the Vocab (with separate sides, the source model's are).
+/// tokenize gives the model's pieces (a character the model lacks stays a piece of its own, which
+/// the Vocab maps to `<unk>`); detokenize is SentencePiece's decoding, so output text reads as
+/// normal text.
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  /// Trains on `source` and `target` lines (one model over both, or one per side as `options` say;
+  /// `target` may be empty for text that is not pairs: one model over `source`). Deterministic: the
+  /// same lines and options give the same model bytes (every line is used, in order, with a fixed
+  /// thread count). Throws Error "--vocab-size N: ..." when SentencePiece cannot reach the size on this
+  /// text, and Error with SentencePiece's message for anything else it refuses.
+  static std::shared_ptr<const SentencePieceTokenizer> train(const std::vector<std::string>& source,
+                                                             const std::vector<std::string>& target,
+                                                             const SentencePieceOptions& options);
+  /// From serialized model protos (the bytes of a .model file): one joint model (`target` empty) or
+  /// one per side. Throws Error naming `what` (a file, a checkpoint entry) if a model does not parse
+  /// or its ids 0-3 are not `<pad>` `<bos>` `<eos>` `<unk>`.
+  static std::shared_ptr<const SentencePieceTokenizer> from_models(const std::string& source,
+                                                                   const std::string& target,
+                                                                   const std::string& what);
+  /// from_models on the bytes of `path` (a .model file written by spm_train or by a run); throws
+  /// Error naming the file when it is missing or not such a model.
+  static std::shared_ptr<const SentencePieceTokenizer> load(const std::string& path);
+  ~SentencePieceTokenizer() override;
+
+  Tokenization kind() const override { return Tokenization::sentencepiece; }  ///< sentencepiece
+  /// The pieces of `text` under `side`'s model.
+  std::vector<std::string> tokenize(const std::string& text, Side side = Side::source) const override;
+  /// SentencePiece's decoding of `tokens` under `side`'s model (`<unk>` shows as " ⁇ ").
+  std::string detokenize(const std::vector<std::string>& tokens, Side side = Side::source) const override;
+  /// One model for both sides.
+  bool joint() const;
+  /// `side`'s model as serialized proto bytes (the same for both sides of a joint model).
+  const std::string& model(Side side) const;
+  /// Every token of the shared vocabulary, specials first: the source (or joint) model's pieces in id
+  /// order, then the target model's pieces not already among them. Vocab::from_tokens of all but
+  /// the first four gives the Vocab.
+  std::vector<std::string> vocabulary() const;
+
+  struct Impl;  ///< SentencePiece's processors (sentencepiece.cpp)
+  /// Use train, from_models or load.
+  explicit SentencePieceTokenizer(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Splits a line into tokens: one token per UTF-8 code point (chars; a multi-byte character stays whole,
 /// a malformed byte becomes a token of its own) or per word between runs of ASCII whitespace (whitespace).
 /// sentencepiece throws Error (it needs a model: see Tokenizer).
@@ -112,6 +177,8 @@ struct Batch {
   /// @}
   int64_t batch_size() const { return int64_t(src_len.size()); }  ///< B.
   int64_t target_tokens() const;                                  ///< non-pad tokens in tgt_out
+  /// `<pad>` positions over all positions of src and tgt_out together (0 when no position is padding).
+  double padding_fraction() const;
 };
 
 /// Pads to the longest source / target in `examples` (at least 1 position each).

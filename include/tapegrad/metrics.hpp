@@ -28,10 +28,13 @@ struct MetricsRow {
   double valid_exact_match = std::numeric_limits<double>::quiet_NaN();     ///< Held-out exact match.
   /// Held-out loss in bits per character (language models on --text).
   double valid_bits_per_char = std::numeric_limits<double>::quiet_NaN();
+  /// `<pad>` share of the step's batch positions (data::Batch::padding_fraction); --batch-tokens runs.
+  double padding_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// The header line of metrics.csv (no newline): the column names in the order metrics_line writes them,
-/// "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match,valid_bits_per_char".
+/// "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match,
+/// valid_bits_per_char,padding_fraction".
 std::string metrics_header();
 
 /// `row` as a metrics.csv line in metrics_header()'s order (no newline): an empty field for NaN, otherwise

@@ -46,6 +46,19 @@ struct TrainOptions {
   /// --text: a plain-text file for a language model (--model gpt), instead of --task or --train
   std::string text;
   int64_t block_size = 64;  ///< --text: tokens per training block (the gpt's context length)
+  /// --tokens sentencepiece: pieces per trained model, specials included (--vocab-size), the algorithm
+  /// (--spm-type), an existing model to use instead of training one (--spm-model), and one joint
+  /// model or one per side (--spm-sides joint | separate).
+  /// @{
+  int64_t vocab_size = 8000;
+  data::SentencePieceType spm_type = data::SentencePieceType::unigram;
+  std::string spm_model;
+  std::string spm_sides = "joint";
+  /// @}
+  /// When above 0, each step's batch holds as many examples as fit this many padded tokens (batch
+  /// size times the longer of its longest source and longest target + 1), length-bucketed, instead
+  /// of batch_size sequences (--batch-tokens).
+  int64_t batch_tokens = 0;
   double valid_fraction = 0.1;      ///< TSV without valid: hold out this fraction
   int64_t steps = 1500;             ///< the step to train up to (a resumed run continues to it)
   int64_t batch_size = 64;          ///< sequences per step
@@ -179,6 +192,7 @@ struct EvalResult {
 };
 
 class RunDirectory;
+class TokenBatches;
 
 /// Everything a session needs: data, vocabulary, model, optimizer, and where it is.
 struct Session {
@@ -199,6 +213,8 @@ struct Session {
   std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
   int64_t step = 0;                             ///< steps completed
   std::shared_ptr<RunDirectory> run_dir;        ///< --out, locked for this session; null without --out
+  /// --batch-tokens: the length-bucketed batches (src/train/token_batches.hpp); null by sequence count.
+  std::shared_ptr<TokenBatches> token_batches;
 
   /// The batch of 1-based `step`: a pure function of (seed, step), see train.hpp.
   data::Batch batch_for_step(int64_t step) const;
@@ -241,6 +257,7 @@ struct StepLog {
   double step_seconds = 0;            ///< this step's wall time
   double backward_seconds = 0;        ///< of which backward (with the wait for the gradient sums)
   double allreduce_wait_seconds = 0;  ///< of which waiting for gradient sums (data-parallel runs)
+  double padding_fraction = 0;        ///< of the step's batch (data::Batch::padding_fraction)
 };
 /// Trains from session.step to options.steps. Calls on_step after every step and on_eval after each
 /// validation; writes checkpoints, metrics.csv and samples.txt under out_dir when set.
@@ -298,6 +315,10 @@ struct CheckpointExamples {
   std::vector<std::string> target_text;
   /// The tokenizer of that tokenisation (the checkpoint's own for its TSV).
   std::shared_ptr<const data::Tokenizer> tokenizer;
+  /// Source and target tokens of a TSV, and how many of them the vocabulary lacks (became data::kUnk).
+  /// @{
+  int64_t tokens = 0, unknown_tokens = 0;
+  /// @}
 };
 /// The examples `source` names for `m`: a TSV's pairs encoded with the checkpoint's vocabulary
 /// (unknown tokens become data::kUnk), or `count` samples of the task from Generator(seed). Throws

@@ -1,5 +1,6 @@
 // Padding a list of examples into the batch-first int32 tensors the models consume (layout in
-// data.hpp). Not here: bucketing by length or shuffling; callers choose which examples go together.
+// data.hpp). Not here: bucketing by length or shuffling; callers choose which examples go together
+// (batches by tokens: src/train/token_batches.cpp).
 #include <algorithm>
 
 #include "tapegrad/checked.hpp"
@@ -12,6 +13,13 @@ int64_t Batch::target_tokens() const {
   int64_t n = 0;
   for (int64_t len : tgt_len) n += len;
   return n;
+}
+
+double Batch::padding_fraction() const {
+  int64_t real = target_tokens();
+  for (int64_t len : src_len) real += len;
+  const int64_t positions = src.numel() + tgt_out.numel();
+  return positions ? double(positions - real) / double(positions) : 0.0;
 }
 
 Batch make_batch(const std::vector<Example>& examples) {

@@ -1,6 +1,8 @@
 // Checkpoint directories: model.safetensors + optimizer.safetensors (see train.hpp).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -23,6 +25,49 @@ constexpr const char* kFormatBeforeChecksum = "tapegrad-checkpoint-1";
 // Position tables (built from max_len, not stored) may take at most this much beyond the file's own
 // parameter bytes, so a small file cannot make the loader allocate much more than its size.
 constexpr int64_t kTableAllowanceBytes = int64_t(64) << 20;
+
+// SentencePiece models ride in the metadata (text) as base64 of their serialized bytes, under
+// kSentencePieceJoint, or one key per side.
+constexpr const char* kSentencePieceJoint = "sentencepiece";
+constexpr const char* kSentencePieceSource = "sentencepiece.source";
+constexpr const char* kSentencePieceTarget = "sentencepiece.target";
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string to_base64(const std::string& bytes) {
+  const auto byte = [&](size_t i) { return uint32_t(uint8_t(bytes[i])); };
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t left = bytes.size() - i;  // 1, 2, or 3 and more
+    const uint32_t group = byte(i) << 16 | (left > 1 ? byte(i + 1) << 8 : 0) | (left > 2 ? byte(i + 2) : 0);
+    out += kBase64[group >> 18 & 63];
+    out += kBase64[group >> 12 & 63];
+    out += left > 1 ? kBase64[group >> 6 & 63] : '=';
+    out += left > 2 ? kBase64[group & 63] : '=';
+  }
+  return out;
+}
+
+// nullopt unless `text` is padded base64 ('=' only as the last one or two characters).
+std::optional<std::string> from_base64(const std::string& text) {
+  if (text.size() % 4) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    const size_t pad = last && text[i + 3] == '=' ? (text[i + 2] == '=' ? 2 : 1) : 0;
+    uint32_t group = 0;
+    for (size_t k = 0; k < 4 - pad; ++k) {
+      const char* at = text[i + k] ? std::strchr(kBase64, text[i + k]) : nullptr;
+      if (!at) return std::nullopt;
+      group = group << 6 | uint32_t(at - kBase64);
+    }
+    group <<= 6 * pad;
+    out += char(group >> 16);
+    if (pad < 2) out += char(group >> 8 & 0xff);
+    if (pad < 1) out += char(group & 0xff);
+  }
+  return out;
+}
 
 std::string generator_words(const Generator& g) {
   std::string out;
@@ -171,6 +216,32 @@ void check_model_file(const io::SafetensorsFile& f, const models::ModelConfig& c
 
 namespace {
 
+// The tokenizer the checkpoint was trained with: chars or whitespace by name, SentencePiece rebuilt
+// from its stored model(s), which must give exactly the stored vocabulary.
+std::shared_ptr<const data::Tokenizer> parse_tokenizer(const io::SafetensorsFile& f, const TrainOptions& options,
+                                                       const data::Vocab& vocab) {
+  if (options.tokens != data::Tokenization::sentencepiece) return data::make_tokenizer(options.tokens);
+  const auto model_bytes = [&](const char* key) {
+    const auto bytes = from_base64(meta(f, key));
+    if (!bytes) throw IoError(f.path + ": metadata '" + key + "' is not base64");
+    return *bytes;
+  };
+  const bool joint = f.metadata.count(kSentencePieceJoint) > 0;
+  const std::string source = model_bytes(joint ? kSentencePieceJoint : kSentencePieceSource);
+  const std::string target = joint ? "" : model_bytes(kSentencePieceTarget);
+  std::shared_ptr<const data::SentencePieceTokenizer> tokenizer;
+  try {
+    tokenizer = data::SentencePieceTokenizer::from_models(source, target, f.path + ": metadata 'sentencepiece'");
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(e.what());
+  }
+  if (tokenizer->vocabulary() != vocab.tokens())
+    throw IoError(f.path + ": metadata 'vocab' is not the SentencePiece model's vocabulary (ids would mean other pieces)");
+  return tokenizer;
+}
+
 // Everything load_model_file reads and checks before it builds the model (which stays null).
 LoadedModel parse_model_file(const io::SafetensorsFile& f) {
   require_format(f);
@@ -180,7 +251,7 @@ LoadedModel parse_model_file(const io::SafetensorsFile& f) {
   m.vocab = parse_meta(f, "vocab", [](const std::string& text) { return data::Vocab::from_json(text); });
   m.options.model =
       parse_meta(f, "config", [](const std::string& text) { return models::ModelConfig::from_json(text); });
-  m.tokenizer = data::make_tokenizer(m.options.tokens);
+  m.tokenizer = parse_tokenizer(f, m.options, m.vocab);
   if (m.options.model.vocab_size != m.vocab.size())
     throw IoError(f.path + ": the vocabulary has " + std::to_string(m.vocab.size()) +
                   " tokens but metadata 'config' has vocab_size " +
@@ -251,13 +322,21 @@ void load_optimizer_state(optim::Optimizer& optimizer, const io::SafetensorsFile
 
 void write_checkpoint_files(const Session& s, const std::string& dir, const std::function<void()>& between) {
   const std::string step = std::to_string(s.step);
-  nn::save(*s.model, dir + "/model.safetensors",
-                       {{"format", kFormat},
-                        {"step", step},
-                        {"config", s.model->config().to_json()},
-                        {"vocab", s.vocab.to_json()},
-                        {"tokenization", data::tokenization_name(s.options.tokens)},
-                        {"options", s.options.to_json()}});
+  std::map<std::string, std::string> metadata = {{"format", kFormat},
+                                                 {"step", step},
+                                                 {"config", s.model->config().to_json()},
+                                                 {"vocab", s.vocab.to_json()},
+                                                 {"tokenization", data::tokenization_name(s.options.tokens)},
+                                                 {"options", s.options.to_json()}};
+  if (const auto* spm = dynamic_cast<const data::SentencePieceTokenizer*>(s.tokenizer.get())) {
+    if (spm->joint()) {
+      metadata[kSentencePieceJoint] = to_base64(spm->model(data::Side::source));
+    } else {
+      metadata[kSentencePieceSource] = to_base64(spm->model(data::Side::source));
+      metadata[kSentencePieceTarget] = to_base64(spm->model(data::Side::target));
+    }
+  }
+  nn::save(*s.model, dir + "/model.safetensors", metadata);
   if (between) between();
   io::save_safetensors(dir + "/optimizer.safetensors", s.optimizer->state_tensors(),
                        {{"format", kFormat}, {"step", step}, {"optimizer", s.options.optimizer},

@@ -1,6 +1,8 @@
 // Examples for a loaded checkpoint (train.hpp's examples_for_checkpoint): from a TSV file or a built-in
 // task, always as ids of the checkpoint's own vocabulary. What `tapegrad eval` scores and what
 // `tapegrad tape --checkpoint` steps on.
+#include <algorithm>
+
 #include "tapegrad/error.hpp"
 #include "tapegrad/train.hpp"
 
@@ -16,6 +18,11 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
     const data::TsvText text = data::read_tsv_text(source.tsv);
     out.examples = data::encode_pairs(data::tokenize_tsv(text, *out.tokenizer, source.tsv), m.vocab);
     out.target_text = text.tgt;
+    for (const auto& e : out.examples)
+      for (const auto* side : {&e.src, &e.tgt}) {
+        out.tokens += int64_t(side->size());
+        out.unknown_tokens += std::count(side->begin(), side->end(), data::kUnk);
+      }
     return out;
   }
   if (source.task.empty() && !m.options.train.empty())

@@ -63,6 +63,10 @@ std::pair<int64_t, int64_t> shard_range(int64_t batch, int rank, int ranks) {
 
 std::string data_parallel_layout(const TrainOptions& o) {
   const World& w = world();
+  if (o.batch_tokens > 0)
+    throw CollectiveError("--batch-tokens " + std::to_string(o.batch_tokens) +
+                          ": not in data-parallel runs (a batch of long examples may hold fewer sequences "
+                          "than ranks); use --batch-size");
   if (o.batch_size < w.size)
     throw CollectiveError("--batch-size " + std::to_string(o.batch_size) + ": fewer sequences than the " +
                           std::to_string(w.size) +

@@ -29,6 +29,7 @@ constexpr Column kColumns[] = {
     {"valid_token_accuracy", &MetricsRow::valid_token_accuracy},
     {"valid_exact_match", &MetricsRow::valid_exact_match},
     {"valid_bits_per_char", &MetricsRow::valid_bits_per_char},
+    {"padding_fraction", &MetricsRow::padding_fraction},
 };
 constexpr int kStep = -2;  // member_ entry of the step column
 

@@ -252,7 +252,9 @@ const std::vector<OptionSpec>& option_table() {
        "Held-out TSV file (default: hold out --valid-fraction of --train)", text_field<TAPEGRAD_FIELD(valid)>()},
       {"--valid-fraction", "valid_fraction", "", kReal, kRun, kFixed, kShown,
        "Fraction of --train held out without --valid", real_field<TAPEGRAD_FIELD(valid_fraction)>(0, 1, true)},
-      {"--tokens", "tokens", "tokenization", kText, kRun, kFixed, kShown, "TSV tokenisation: chars | whitespace",
+      {"--tokens", "tokens", "tokenization", kText, kRun, kFixed, kShown,
+       "TSV tokenisation: chars | whitespace | sentencepiece (subword pieces: a model trained on the "
+       "training split, or --spm-model; stored in the checkpoint)",
        choice_field<TAPEGRAD_FIELD(tokens), data::tokenization_name, data::parse_tokenization>()},
       {"--text", "text", "", kPath, kRun, kFixed, kInHelp,
        "Plain-text file for --model gpt (instead of --task or --train): read whole, tokenised by characters; "
@@ -261,8 +263,28 @@ const std::vector<OptionSpec>& option_table() {
       {"--block-size", "block_size", "", kInteger, kRun, kFixed, kShown,
        "--text: tokens per training block, the gpt's context length",
        int_field<TAPEGRAD_FIELD(block_size)>(1, kTaskLen * 16), kAbsentIsDefault},
+      {"--vocab-size", "vocab_size", "", kInteger, kRun, kFixed, kShown,
+       "SentencePiece pieces per trained model, the 4 specials included (--tokens sentencepiece)",
+       int_field<TAPEGRAD_FIELD(vocab_size)>(5, int64_t(1) << 20), kAbsentIsDefault},
+      {"--spm-type", "spm_type", "", kText, kRun, kFixed, kShown,
+       "SentencePiece algorithm: unigram | bpe (--tokens sentencepiece)",
+       choice_field<TAPEGRAD_FIELD(spm_type), data::sentencepiece_type_name, data::parse_sentencepiece_type>(),
+       kAbsentIsDefault},
+      {"--spm-model", "spm_model", "", kPath, kRun, kFixed, kInHelp,
+       "An existing SentencePiece .model (ids 0-3 <pad> <bos> <eos> <unk>) instead of training one "
+       "(--tokens sentencepiece)",
+       text_field<TAPEGRAD_FIELD(spm_model)>(), kAbsentIsDefault},
+      {"--spm-sides", "spm_sides", "", kText, kRun, kFixed, kShown,
+       "joint: one SentencePiece model for source and target; separate: one per side, sharing one "
+       "vocabulary (the source model's pieces, then the target model's new ones)",
+       text_field<TAPEGRAD_FIELD(spm_sides)>({"joint", "separate"}), kAbsentIsDefault},
       {"--batch-size", "batch_size", "", kInteger, kRun, kFixed, kShown, "Sequences per step",
        int_field<TAPEGRAD_FIELD(batch_size)>(1, int64_t(1) << 20)},
+      {"--batch-tokens", "batch_tokens", "", kInteger, kRun, kFixed, kInHelp,
+       "Batches by padded tokens instead of --batch-size: each step takes as many examples as fit N "
+       "positions (batch size x the longer of longest source and longest target + 1), length-bucketed "
+       "(0: off)",
+       int_field<TAPEGRAD_FIELD(batch_tokens)>(0, int64_t(1) << 30), kAbsentIsDefault},
       {"--optimizer", "optimizer", "", kText, kRun, kFixed, kShown, "adamw | adam | sgd",
        text_field<TAPEGRAD_FIELD(optimizer)>({"adamw", "adam", "sgd"})},
       {"--lr", "lr", "", kReal, kRun, kFixed, kShown, "Peak learning rate", above_field<TAPEGRAD_FIELD(lr)>(0)},

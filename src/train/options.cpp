@@ -53,6 +53,35 @@ const std::vector<std::string> kResumableOptions = [] {
   return names;
 }();
 
+namespace {
+
+// The SentencePiece options apply to --tokens sentencepiece alone, and a given model fixes what the
+// training options would choose.
+void check_tokenizer_options(const TrainOptions& o) {
+  const TrainOptions defaults;
+  std::string spm_option;  // the first SentencePiece option given a value of its own
+  if (o.vocab_size != defaults.vocab_size)
+    spm_option = "--vocab-size " + std::to_string(o.vocab_size);
+  else if (o.spm_type != defaults.spm_type)
+    spm_option = std::string("--spm-type ") + data::sentencepiece_type_name(o.spm_type);
+  else if (o.spm_sides != defaults.spm_sides)
+    spm_option = "--spm-sides " + o.spm_sides;
+  if (o.tokens != data::Tokenization::sentencepiece) {
+    if (!o.spm_model.empty()) spm_option = "--spm-model " + o.spm_model;
+    if (!spm_option.empty())
+      throw Error(spm_option + ": only with --tokens sentencepiece (the tokens are " +
+                  data::tokenization_name(o.tokens) + ")");
+    return;
+  }
+  if (o.train.empty())
+    throw Error("--tokens sentencepiece: only with --train FILE (a built-in task has its own tokens)");
+  if (!o.spm_model.empty() && !spm_option.empty())
+    throw Error(spm_option + ": does not apply with --spm-model " + o.spm_model +
+                " (the model fixes its pieces; it is one joint model)");
+}
+
+}  // namespace
+
 void TrainOptions::validate() const {
   for (const OptionSpec& row : option_table()) row.check(*this);
   if (train.empty() && text.empty()) data::validate_task_options(task, task_options);
@@ -70,6 +99,12 @@ void TrainOptions::validate() const {
         throw Error(std::string(fixed) + ": fixed by --model gpt (GPT-2's: MLP 4 x --d-model, learned positions, "
                     "pre-LN, exact GELU, tied embeddings)");
   if (min_lr > lr) throw Error("--min-lr " + exact_decimal(min_lr) + ": above --lr " + exact_decimal(lr));
+  check_tokenizer_options(*this);
+  if (batch_tokens > 0 && train.empty())
+    throw Error("--batch-tokens " + std::to_string(batch_tokens) +
+                ": only with --train (a built-in task samples --batch-size examples per step)");
+  if (batch_tokens > 0 && given.count("--batch-size"))
+    throw Error("--batch-tokens " + std::to_string(batch_tokens) + ": replaces --batch-size; give one of them");
   if (!resume_dir.empty() && overwrite && (out_dir.empty() || out_dir == resume_dir))
     throw Error("--overwrite: cannot replace the checkpoint being resumed (--resume " + resume_dir +
                 "); pass --out NEW_DIR to continue elsewhere");

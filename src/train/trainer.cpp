@@ -9,6 +9,7 @@
 
 #include "src/train/distributed.hpp"
 #include "src/train/run_directory.hpp"
+#include "src/train/token_batches.hpp"
 #include "src/train/train_internal.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/distributed.hpp"
@@ -70,7 +71,9 @@ std::vector<data::Example> Session::examples_for_step(int64_t s) const {
     for (int64_t i = 0; i < B; ++i) offsets.push_back(gen.uniform_int(0, last));
     return data::text_blocks(train_text, offsets, options.block_size);
   }
-  if (task) {
+  if (token_batches) {
+    for (int64_t i : token_batches->batch(s)) ex.push_back(train_examples[size_t(i)]);
+  } else if (task) {
     Generator gen = Generator::derive(options.seed ^ kTrainStream, uint64_t(s));
     for (int64_t i = 0; i < B; ++i) ex.push_back(task->sample(gen));
   } else {
@@ -105,6 +108,18 @@ std::string Session::describe() const {
     os << train_examples.size() << " training pairs from " << options.train;
   if (blank_lines) os << " (" << blank_lines << " blank line" << (blank_lines == 1 ? "" : "s") << " skipped)";
   os << ", " << valid_examples.size() << " held out";
+  if (options.tokens == data::Tokenization::sentencepiece) {
+    // Pieces the vocabulary lacks (characters the model never saw) train as <unk>: say how many.
+    int64_t tokens = 0, unknown = 0;
+    for (const auto& e : train_examples)
+      for (const auto* side : {&e.src, &e.tgt}) {
+        tokens += int64_t(side->size());
+        unknown += std::count(side->begin(), side->end(), data::kUnk);
+      }
+    os << "; SentencePiece " << (options.spm_model.empty() ? data::sentencepiece_type_name(options.spm_type)
+                                                           : options.spm_model.c_str())
+       << ", " << unknown << " of " << tokens << " training tokens unknown";
+  }
   return os.str();
 }
 
@@ -166,6 +181,26 @@ void read_text_data(Session& s, const TrainOptions& o, const data::Vocab* resume
       valid, data::evenly_spaced_offsets(int64_t(valid.size()), o.block_size, o.valid_size), o.block_size);
 }
 
+// The run's tokenizer: chars or whitespace; or SentencePiece, loaded from --spm-model or trained on
+// the training split alone (the lines `kept` of `text`), never on held-out lines.
+std::shared_ptr<const data::Tokenizer> make_tokenizer(const TrainOptions& o, const data::TsvText& text,
+                                                      const std::vector<size_t>& kept) {
+  if (o.tokens != data::Tokenization::sentencepiece) return data::make_tokenizer(o.tokens);
+  if (!o.spm_model.empty()) {
+    try {
+      return data::SentencePieceTokenizer::load(o.spm_model);
+    } catch (const Error& e) {
+      throw Error(std::string("--spm-model: ") + e.what());
+    }
+  }
+  std::vector<size_t> order = kept;  // in file order, so the model does not depend on the split's shuffle
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> src, tgt;
+  for (size_t i : order) src.push_back(text.src[i]), tgt.push_back(text.tgt[i]);
+  return data::SentencePieceTokenizer::train(
+      src, tgt, {o.vocab_size, o.spm_type, o.spm_sides == "separate"});
+}
+
 }  // namespace
 
 Session make_session(const TrainOptions& requested_options) {
@@ -206,31 +241,36 @@ Session make_session(const TrainOptions& requested_options) {
     Generator vg = Generator::derive(o.seed ^ kValidStream, 0);
     for (int64_t i = 0; i < o.valid_size; ++i) s.valid_examples.push_back(s.task->sample(vg));
   } else {
-    s.tokenizer = data::make_tokenizer(o.tokens);
-    const auto train_pairs = data::read_tsv(o.train, *s.tokenizer, &s.blank_lines);
-    check_lengths(train_pairs, o.train, o.model.max_len);
-    std::vector<data::TextPair> valid_pairs;
-    std::vector<data::TextPair> kept = train_pairs;
+    const data::TsvText train_text = data::read_tsv_text(o.train, &s.blank_lines);
+    std::optional<data::TsvText> valid_text;
+    if (!o.valid.empty()) valid_text = data::read_tsv_text(o.valid, &s.blank_lines);
+    // Without --valid, hold out a seeded random fraction of the training file.
+    const size_t n = train_text.src.size();
+    std::vector<size_t> idx(n);
+    for (size_t i = 0; i < n; ++i) idx[i] = i;
     size_t n_valid = 0;
-    if (!o.valid.empty()) {
-      valid_pairs = data::read_tsv(o.valid, *s.tokenizer, &s.blank_lines);
-      check_lengths(valid_pairs, o.valid, o.model.max_len);
-    } else {
-      // Hold out a seeded random fraction of the training file.
-      std::vector<size_t> idx(kept.size());
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    if (!valid_text) {
       Generator::derive(o.seed ^ kSplitStream, 0xffff).shuffle(idx);
-      n_valid = size_t(std::ceil(double(idx.size()) * o.valid_fraction));
-      kept.clear();
-      for (size_t i = 0; i < idx.size(); ++i)
-        (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
+      n_valid = size_t(std::ceil(double(n) * o.valid_fraction));
     }
-    if (kept.empty())
-      throw Error("train: no training pairs left in " + o.train + ": its " +
-                  std::to_string(train_pairs.size()) + " pair(s) were all held out by --valid-fraction " +
-                  std::to_string(o.valid_fraction) + " (pass --valid FILE or a smaller --valid-fraction)");
+    if (n_valid >= n)
+      throw Error("train: no training pairs left in " + o.train + ": its " + std::to_string(n) +
+                  " pair(s) were all held out by --valid-fraction " + std::to_string(o.valid_fraction) +
+                  " (pass --valid FILE or a smaller --valid-fraction)");
+    s.tokenizer = resumed ? resumed->tokenizer : make_tokenizer(o, train_text, {idx.begin() + long(n_valid), idx.end()});
+    const auto train_pairs = data::tokenize_tsv(train_text, *s.tokenizer, o.train);
+    check_lengths(train_pairs, o.train, o.model.max_len);
+    std::vector<data::TextPair> valid_pairs, kept;
+    if (valid_text) {
+      valid_pairs = data::tokenize_tsv(*valid_text, *s.tokenizer, o.valid);
+      check_lengths(valid_pairs, o.valid, o.model.max_len);
+    }
+    for (size_t i = 0; i < n; ++i) (i < n_valid ? valid_pairs : kept).push_back(train_pairs[idx[i]]);
     if (resumed) {
       s.vocab = resumed->vocab;
+    } else if (const auto* spm = dynamic_cast<const data::SentencePieceTokenizer*>(s.tokenizer.get())) {
+      const auto pieces = spm->vocabulary();
+      s.vocab = data::Vocab::from_tokens({pieces.begin() + 4, pieces.end()});
     } else {
       std::vector<std::vector<std::string>> seqs;
       for (const auto& p : kept) seqs.push_back(p.src), seqs.push_back(p.tgt);
@@ -238,6 +278,14 @@ Session make_session(const TrainOptions& requested_options) {
     }
     s.train_examples = data::encode_pairs(kept, s.vocab);
     s.valid_examples = data::encode_pairs(valid_pairs, s.vocab);
+  }
+  if (o.batch_tokens > 0) {
+    int64_t longest = 0;
+    for (const auto& e : s.train_examples) longest = std::max(longest, TokenBatches::cost(e));
+    if (longest > o.batch_tokens)
+      throw Error("--batch-tokens " + std::to_string(o.batch_tokens) + ": below the longest training example (" +
+                  std::to_string(longest) + " tokens with <bos>/<eos>), which would fit no batch");
+    s.token_batches = std::make_shared<TokenBatches>(s.train_examples, o.batch_tokens, o.seed);
   }
   o.model.vocab_size = s.vocab.size();
   if (!o.text.empty()) o.model.max_len = o.block_size;  // the gpt's positions cover one block
@@ -359,6 +407,15 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
     run->open_metrics(s.step, elsewhere ? o.resume_dir + "/metrics.csv" : "");
     // The effective options, so `train --config DIR/config.json` repeats the run.
     io::write_file_atomic(o.out_dir + "/config.json", o.to_json(2) + "\n");
+    // The SentencePiece model(s) as files too, for tools outside tapegrad (piece id == vocabulary id).
+    if (const auto* spm = dynamic_cast<const data::SentencePieceTokenizer*>(s.tokenizer.get())) {
+      if (spm->joint()) {
+        io::write_file_atomic(o.out_dir + "/sentencepiece.model", spm->model(data::Side::source));
+      } else {
+        io::write_file_atomic(o.out_dir + "/sentencepiece.source.model", spm->model(data::Side::source));
+        io::write_file_atomic(o.out_dir + "/sentencepiece.target.model", spm->model(data::Side::target));
+      }
+    }
   }
   const int64_t first_step = s.step;
   auto run_eval = [&](int64_t step) {
@@ -391,9 +448,16 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   if (o.detect_anomaly) anomaly.emplace();
   while (s.step < o.steps) {
     StepResult r;
+    double padding = 0;
     try {
       if (anomaly) anomaly->set_step(s.step + 1);
-      r = parallel ? parallel->step(s) : train_step(s, s.batch_for_step(s.step + 1));
+      if (parallel) {
+        r = parallel->step(s);
+      } else {
+        const data::Batch batch = s.batch_for_step(s.step + 1);
+        padding = batch.padding_fraction();
+        r = train_step(s, batch);
+      }
     } catch (const NonFiniteError& e) {
       if (!run) throw;
       // The parameters of step s.step gave it: if they were saved, they are not a good checkpoint.
@@ -410,11 +474,13 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(),
                       r.seconds,
                       r.backward_seconds,
-                      r.allreduce_wait_seconds};
+                      r.allreduce_wait_seconds,
+                      padding};
     if (run && (r.step % o.log_every == 0 || r.step == o.steps)) {
       MetricsRow row;
       row.step = r.step, row.loss = log.loss, row.lr = r.lr, row.grad_norm = r.grad_norm;
       row.tokens_per_second = log.tokens_per_second;
+      if (o.batch_tokens > 0) row.padding_fraction = padding;
       run->append_metrics(row);
     }
     if (on_step && writer) on_step(log);

@@ -172,9 +172,9 @@ TEST_CASE("metrics.csv columns are found by name: reordered, missing and unknown
   eval.step = 3, eval.valid_loss = 1.5, eval.valid_token_accuracy = 0.25, eval.valid_exact_match = 0;
   CHECK(train::metrics_header() ==
         "step,loss,lr,grad_norm,tokens_per_second,valid_loss,valid_token_accuracy,valid_exact_match,"
-        "valid_bits_per_char");
-  CHECK(train::metrics_line(step) == "3,0.1,2.5e-05,0.3333333333333333,1e+06,,,,");
-  CHECK(train::metrics_line(eval) == "3,,,,,1.5,0.25,0,");
+        "valid_bits_per_char,padding_fraction");
+  CHECK(train::metrics_line(step) == "3,0.1,2.5e-05,0.3333333333333333,1e+06,,,,,");
+  CHECK(train::metrics_line(eval) == "3,,,,,1.5,0.25,0,,");
   const std::string dir = temp_dir("columns");
   fs::create_directories(dir);
   const std::string path = dir + "/metrics.csv";

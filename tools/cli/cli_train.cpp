@@ -118,9 +118,12 @@ Runner add_train(CLI::App& app) {
     if (s.options.threads > 0) runtime::set_num_threads(s.options.threads);  // given, or the resumed run's
     if (w.launched) std::printf("%s\n", train::data_parallel_layout(s.options).c_str());
     std::printf("training %s\n", s.describe().c_str());
-    std::printf("threads %d, isa %s, %lld steps of %lld sequences%s\n", runtime::num_threads(),
-                runtime::active_isa().c_str(), (long long)s.options.steps,
-                (long long)s.options.batch_size,
+    const bool by_tokens = s.options.batch_tokens > 0;
+    std::printf("threads %d, isa %s, %lld steps of %s%s\n", runtime::num_threads(), runtime::active_isa().c_str(),
+                (long long)s.options.steps,
+                (by_tokens ? "up to " + std::to_string(s.options.batch_tokens) + " padded tokens (length-bucketed)"
+                           : std::to_string(s.options.batch_size) + " sequences")
+                    .c_str(),
                 s.step ? (", resuming at step " + std::to_string(s.step)).c_str() : "");
     std::fflush(stdout);
     // Under mpirun the ranks get a pty even when mpirun's output is a file: log lines, no \r updates.
@@ -138,14 +141,16 @@ Runner add_train(CLI::App& app) {
           tok_rate = tok_rate == 0 ? l.tokens_per_second : 0.9 * tok_rate + 0.1 * l.tokens_per_second;
           const double per_step = l.seconds / double(l.step - first);
           const double eta = per_step * double(s.options.steps - l.step);
+          char padding[32] = "";  // batches by tokens: how much of the step's batch was padding
+          if (by_tokens) std::snprintf(padding, sizeof padding, "  pad %.1f%%", 100 * l.padding_fraction);
           if (tty) {
-            std::printf("\rstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", (long long)l.step,
-                        (long long)s.options.steps, l.loss, l.lr, tok_rate, format_duration(eta).c_str());
+            std::printf("\rstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s%s  ETA %s   ", (long long)l.step,
+                        (long long)s.options.steps, l.loss, l.lr, tok_rate, padding, format_duration(eta).c_str());
             std::fflush(stdout);
           } else if (l.step % std::max<int64_t>(s.options.log_every, 1) == 0 || l.step == s.options.steps) {
             std::printf(
-                "step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  elapsed %s  ETA %s\n",
-                (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate,
+                "step %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s%s  elapsed %s  ETA %s\n",
+                (long long)l.step, (long long)s.options.steps, l.loss, l.lr, l.grad_norm, tok_rate, padding,
                 format_duration(l.seconds).c_str(), format_duration(eta).c_str());
             std::fflush(stdout);
           }
@@ -226,6 +231,9 @@ Runner add_eval(CLI::App& app) {
         train::examples_for_checkpoint(m, {a->valid, a->task, opts, a->size, a->seed}, "eval");
     const auto& ex = held_out.examples;
     if (ex.empty()) throw Error("eval: no examples to evaluate");
+    if (held_out.unknown_tokens > 0 && !a->json)  // --json: standard output and error are one object
+      std::fprintf(stderr, "eval: %lld of %lld tokens unknown to the vocabulary (mapped to <unk>)\n",
+                   (long long)held_out.unknown_tokens, (long long)held_out.tokens);
     int64_t longest = 0;
     for (const auto& e : ex) longest = std::max<int64_t>(longest, int64_t(e.tgt.size()));
     const int64_t max_len = a->max_len > 0 ? a->max_len : longest + 8;
