@@ -204,7 +204,7 @@ TEST_CASE("metrics.csv columns are found by name: reordered, missing and unknown
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":1") && Catch::Contains("'step'"));
   std::ofstream(path) << train::metrics_header() << "\n1,2,3\n";
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("found 3"));
-  std::ofstream(path) << train::metrics_header() << "\nx,2,3,4,5,,,,\n";
+  std::ofstream(path) << train::metrics_header() << "\nx,2,3,4,5,,,,,\n";
   CHECK_THROWS_WITH(train::read_metrics(path), Catch::Contains(path + ":2") && Catch::Contains("step 'x'"));
   fs::remove_all(dir);
 }
@@ -219,8 +219,8 @@ TEST_CASE("a resume into another --out carries an older file's rows over in toda
   const auto rows = lines_of(b + "/metrics.csv");
   REQUIRE(rows.size() >= 5);
   CHECK(rows[0] == train::metrics_header());
-  CHECK(rows[1] == "1,2.25,0.5,,,,,,");
-  CHECK(rows[4] == "4,1.875,0.5,,,,,,");
+  CHECK(rows[1] == "1,2.25,0.5,,,,,,,");
+  CHECK(rows[4] == "4,1.875,0.5,,,,,,,");
   CHECK(rows[5].rfind("5,", 0) == 0);
   fs::remove_all(a);
   fs::remove_all(b);
