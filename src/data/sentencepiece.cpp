@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "src/data/whole_file.hpp"
 #include "tapegrad/data.hpp"
 #include "tapegrad/error.hpp"
 
@@ -139,13 +140,7 @@ std::shared_ptr<const SentencePieceTokenizer> SentencePieceTokenizer::from_model
 }
 
 std::shared_ptr<const SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, expected a SentencePiece .model file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return from_models(bytes.str(), "", path);
+  return from_models(read_whole_file(path, "a SentencePiece .model file"), "", path);
 }
 
 std::vector<std::string> SentencePieceTokenizer::tokenize(const std::string& text, Side side) const {

@@ -10,19 +10,14 @@
 #include <set>
 #include <sstream>
 
+#include "src/data/whole_file.hpp"
 #include "tapegrad/data.hpp"
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::data {
 
 std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a text file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream all;
-  all << in.rdbuf();
-  std::string text = all.str();
+  std::string text = read_whole_file(path, "a text file");
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // UTF-8 byte-order mark
   if (text.empty()) throw IoError(path + ": empty file, expected text");
   if (const int64_t bad = first_invalid_utf8(text); bad >= 0) {
