@@ -37,6 +37,9 @@ struct Options {
   uint64_t seed = 1;    ///< the first seed; every arm runs with seeds seed, seed + 1, ..., seed + seeds - 1
   int seeds = 0;        ///< runs per arm (0: the default, 3 for a full run and 1 under --quick)
   int threads = 0;      ///< kernel threads (0: the default); parallelism measures 1 and this many
+  /// bleu-vs-length: training runs at once, each on a thread of its own with `threads` kernel threads
+  /// (results do not depend on it; 2 jobs of 1 thread use 2 cores better than 1 job of 2)
+  int jobs = 1;
   bool quick = false;   ///< tiny models, lengths and budgets: seconds, for tests and a first look
   bool sweep = false;   ///< accuracy experiments: choose each arm's recipe by a sweep on a validation split
   std::string out_dir;  ///< when set: results.csv and report.txt are written here

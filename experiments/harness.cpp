@@ -2,9 +2,15 @@
 // run, the seeds an arm runs with, and the held-out examples it is scored on. An experiment file holds
 // only what it measures; how a run is set up, trained, seeded and scored on fresh data is written here.
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "experiments/harness.hpp"
 #include "tapegrad/error.hpp"
+#include "tapegrad/runtime.hpp"
 
 namespace tapegrad::experiment::detail {
 
@@ -59,6 +65,53 @@ Trained train_logged(const train::TrainOptions& options, const std::string& what
   Trained t{start_run(options, what, index, total, cb)};
   train_run(t, what, index, total, cb);
   return t;
+}
+
+void run_jobs(size_t count, int jobs, int threads, const std::function<void(size_t)>& work) {
+  if (jobs <= 1) {
+    for (size_t i = 0; i < count; ++i) work(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex failure_guard;
+  std::exception_ptr failure;
+  auto lane = [&] {
+    for (size_t i; (i = next++) < count;) {
+      {
+        const std::lock_guard lock(failure_guard);
+        if (failure) return;  // stop starting runs once one has failed
+      }
+      std::thread([&, i] {
+        try {
+          if (threads > 0) runtime::set_num_threads(threads);  // this thread's OpenMP team size
+          work(i);
+        } catch (...) {
+          const std::lock_guard lock(failure_guard);
+          if (!failure) failure = std::current_exception();
+        }
+      }).join();
+    }
+  };
+  std::vector<std::thread> lanes;
+  for (int j = 0; j < jobs && size_t(j) < count; ++j) lanes.emplace_back(lane);
+  for (std::thread& t : lanes) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+Callbacks serialized(const Callbacks& cb) {
+  auto guard = std::make_shared<std::mutex>();
+  Callbacks out;
+  if (cb.log)
+    out.log = [guard, log = cb.log](const std::string& line) {
+      const std::lock_guard lock(*guard);
+      log(line);
+    };
+  if (cb.on_step)
+    out.on_step = [guard, on_step = cb.on_step](const Progress& p) {
+      const std::lock_guard lock(*guard);
+      on_step(p);
+    };
+  return out;
 }
 
 std::vector<uint64_t> seed_list(const Options& opts) {

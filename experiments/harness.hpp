@@ -78,6 +78,14 @@ void train_run(Trained& t, const std::string& what, int index, int total, const 
 // start_run, then train_run.
 Trained train_logged(const train::TrainOptions& options, const std::string& what, int index, int total,
                      const Callbacks& cb);
+// Runs work(0), ..., work(count - 1), at most `jobs` at once, each on a fresh thread of its own with
+// `threads` kernel threads: a fresh thread starts with fresh thread-local state (its tape, the default
+// generator, GEMM's packing cache), so a run's result depends on its own options alone, not on which
+// runs came before it on the same thread or beside it. jobs 1 runs them in order on this thread. The
+// first exception a job throws is rethrown here once every started job has finished.
+void run_jobs(size_t count, int jobs, int threads, const std::function<void(size_t)>& work);
+// cb with both callbacks behind one mutex, for jobs that report at the same time.
+Callbacks serialized(const Callbacks& cb);
 // The seeds every arm runs with: opts.seed, opts.seed + 1, ... (opts.seeds of them; by default 3, or 1
 // under --quick).
 std::vector<uint64_t> seed_list(const Options& opts);

@@ -314,7 +314,7 @@ TEST_CASE("experiment bleu-vs-length --quick: BLEU per model, seed and source-le
     for (const auto& [n, count] : test_lengths)
       for (int i = 0; i < count; ++i) test << sentence(n, i, false) << "\t" << sentence(n, i, true) << "\n";
   }
-  const Run r = run("experiment bleu-vs-length --quick --steps 8 --seeds 2 --threads 1 --corpus " + corpus + " --out " + dir);
+  const Run r = run("experiment bleu-vs-length --quick --steps 8 --seeds 2 --threads 1 --jobs 2 --corpus " + corpus + " --out " + dir);
   INFO(r.out);
   REQUIRE(r.code == 0);
   const auto rows = read_csv(dir + "/results.csv");
@@ -342,6 +342,16 @@ TEST_CASE("experiment bleu-vs-length --quick: BLEU per model, seed and source-le
   std::stringstream text;
   text << md.rdbuf();
   CHECK_THAT(text.str(), Catch::Contains("Learning-rate sweep") && Catch::Contains("bleu_vs_length.png"));
+  // Runs trained two at once, each on a thread of its own, give the table of runs trained in order.
+  const std::string in_order = temp_dir("bleu-vs-length-in-order");
+  const Run one_job = run("experiment bleu-vs-length --quick --steps 8 --seeds 2 --threads 1 --jobs 1 --corpus " + corpus + " --out " + in_order);
+  REQUIRE(one_job.code == 0);
+  CHECK(read_csv(in_order + "/results.csv") == rows);
+  fs::remove_all(in_order);
+  // --jobs is refused where runs are timed (or simply run in order).
+  const Run jobs_elsewhere = run("experiment parallelism --quick --jobs 2");
+  CHECK(jobs_elsewhere.code == 2);
+  CHECK_THAT(jobs_elsewhere.out, Catch::Contains("--jobs applies to bleu-vs-length only"));
   // Without the corpus: one line naming the missing file, exit 2.
   const Run missing = run("experiment bleu-vs-length --quick --corpus " + corpus + "/nowhere");
   CHECK(missing.code == 2);

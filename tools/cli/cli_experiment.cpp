@@ -70,6 +70,10 @@ Runner add_experiment(CLI::App& app) {
   sub->add_option("--threads", a->o.threads,
                   "Kernel threads (default: all cores); parallelism runs 1 and this many")
       ->check(int_range(1, 1024));
+  sub->add_option("--jobs", a->o.jobs,
+                  "bleu-vs-length: training runs at once, each with --threads kernel threads (default 1; "
+                  "the results do not depend on it)")
+      ->check(int_range(1, 64));
   sub->add_option("--out", a->o.out_dir,
                   "Directory for results.csv, report.txt, report.md and the PNG figures");
   sub->add_option("--corpus", a->o.corpus,
