@@ -292,6 +292,8 @@ Vocab vocab_from_pairs(const std::vector<TextPair>& pairs);
 /// The whole file (a UTF-8 byte-order mark dropped). A missing, unreadable or empty file throws
 /// IoError "PATH: ..."; invalid UTF-8 throws IoError "PATH:LINE: invalid UTF-8 at byte N of the file".
 std::string read_text(const std::string& path);
+/// The characters (code points) of `text`, which is valid UTF-8 (read_text's).
+int64_t count_characters(const std::string& text);
 /// The specials, then every distinct character (code point) of `text` in code-point order: nanoGPT's
 /// sorted(set(text)), each id shifted up by the 4 specials.
 Vocab char_vocab(const std::string& text);

@@ -333,6 +333,21 @@ struct CheckpointExamples {
 CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const CheckpointExampleSource& source,
                                            const std::string& what);
 
+/// A text file as a language-model checkpoint scores it (`tapegrad eval --text`).
+struct CheckpointText {
+  std::vector<data::Example> blocks;  ///< evenly spaced blocks of the checkpoint's block size (text_blocks)
+  /// Pieces: the file's characters per token (evaluate_text's characters_per_token); 0 for characters.
+  double characters_per_token = 0;
+  /// The file's tokens, and how many of them the vocabulary lacks (became data::kUnk).
+  /// @{
+  int64_t tokens = 0, unknown_tokens = 0;
+  /// @}
+};
+/// The text of `path` through `m`'s own tokenizer (a SentencePiece model from the checkpoint) and
+/// vocabulary, cut into `count` evenly spaced blocks over the whole file. Throws what read_text throws,
+/// and IoError when the file holds too few tokens for one block.
+CheckpointText text_for_checkpoint(const LoadedModel& m, const std::string& path, int64_t count);
+
 /// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
 /// the file and the metadata field or tensor at fault.
 ///

@@ -196,13 +196,12 @@ std::shared_ptr<const data::SentencePieceTokenizer> text_piece_model(const Train
 // part (or given, or the checkpoint's) and each part is encoded on its own.
 void read_text_data(Session& s, const TrainOptions& o, const LoadedModel* resumed) {
   const std::string text = data::read_text(o.text);
-  const auto starts_character = [](char byte) { return (static_cast<unsigned char>(byte) & 0xC0) != 0x80; };
-  const auto characters = int64_t(std::count_if(text.begin(), text.end(), starts_character));  // valid UTF-8
+  const int64_t characters = data::count_characters(text);
   const auto n_train_chars = int64_t(double(characters) * 0.9);
-  size_t cut = 0;  // the byte where character n_train_chars starts
+  size_t cut = 0;  // the byte where character n_train_chars starts: past n_train_chars character starts
   for (int64_t c = 0; c < n_train_chars; ++c)
     do ++cut;
-    while (cut < text.size() && !starts_character(text[cut]));
+    while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80);
   const std::string train_part = text.substr(0, cut), valid_part = text.substr(cut);
   if (resumed) {
     s.tokenizer = resumed->tokenizer;

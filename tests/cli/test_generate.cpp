@@ -112,5 +112,17 @@ TEST_CASE("a gpt trained on SentencePiece pieces generates through the piece mod
   const auto unknown = run_split("generate --checkpoint " + dir + "/gpt --prompt 'In the Zoo'");
   CHECK(unknown.code == 2);
   CHECK(unknown.err.find("generate: --prompt: piece ") != std::string::npos);
+  // eval scores another text through the same stored piece model, its unknown pieces counted.
+  std::ofstream(dir + "/other.txt", std::ios::binary) << "And the earth was void.\nIn the Zoo God created the heaven.\n"
+                                                         "And the earth was void.\nIn the beginning God created.\n";
+  const auto scored = run_split("eval --checkpoint " + dir + "/gpt --text " + dir + "/other.txt --size 3");
+  INFO(scored.err);
+  REQUIRE(scored.code == 0);
+  CHECK(scored.out.find("nats/token") != std::string::npos);
+  CHECK(scored.out.find("bits/char  (3 blocks)") != std::string::npos);
+  CHECK(scored.err.find("eval: 1 of ") != std::string::npos);  // the Z
+  const auto no_text = run_split("eval --checkpoint " + dir + "/gpt");
+  CHECK(no_text.code == 2);
+  CHECK(no_text.err.find("holds a gpt language model: pass --text FILE") != std::string::npos);
   CHECK(unknown.err.find("is not in the checkpoint's vocabulary") != std::string::npos);
 }
