@@ -224,8 +224,8 @@ void read_text_data(Session& s, const TrainOptions& o, const LoadedModel* resume
   s.train_text = std::move(ids);
   s.valid_examples = data::text_blocks(
       valid, data::evenly_spaced_offsets(int64_t(valid.size()), o.block_size, o.valid_size), o.block_size);
-  // Bits per character of pieces: the validation text's nats per token times its tokens per character
-  // (of the original text); a character is one token, so characters count their own (evaluate_text).
+  // Bits per character of pieces: the validation text's nats per token over its characters (code points
+  // of the original text) per token; a character is one token, so characters count their own (evaluate_text).
   if (o.tokens == data::Tokenization::sentencepiece)
     s.valid_characters_per_token = double(characters - n_train_chars) / double(valid.size());
 }
