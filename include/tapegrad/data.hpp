@@ -66,6 +66,9 @@ struct SentencePieceOptions {
   int64_t vocab_size = 8000;
   SentencePieceType type = SentencePieceType::unigram;  ///< the algorithm
   bool separate_sides = false;  ///< one model per side instead of one joint model
+  /// Reserve the line break "\n" as a piece of its own (a user-defined symbol, id 4) so that text
+  /// keeps its line breaks (--text); see SentencePieceTokenizer.
+  bool newline_piece = false;
 };
 
 /// Subword pieces through SentencePiece (Kudo and Richardson 2018): one joint model for both sides,
@@ -75,6 +78,13 @@ struct SentencePieceOptions {
 /// tokenize gives the model's pieces (a character the model lacks stays a piece of its own, which
 /// the Vocab maps to `<unk>`); detokenize is SentencePiece's decoding, so output text reads as
 /// normal text.
+///
+/// Line breaks: SentencePiece's normaliser turns "\n" into a space, so a model trained for text
+/// (SentencePieceOptions::newline_piece) has "\n" as a piece of its own. With such a model, tokenize
+/// encodes each line on its own (each starts with SentencePiece's word-start mark, as the lines it was
+/// trained on did) with the "\n" piece between lines, and detokenize decodes the pieces between two
+/// "\n" pieces on their own and joins them with real line breaks. Models without it (translation)
+/// split and decode the whole text at once, as SentencePiece does.
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   /// Trains on `source` and `target` lines (one model over both, or one per side as `options` say;
@@ -97,10 +107,14 @@ class SentencePieceTokenizer final : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   Tokenization kind() const override { return Tokenization::sentencepiece; }  ///< sentencepiece
-  /// The pieces of `text` under `side`'s model.
+  /// The pieces of `text` under `side`'s model (line by line with "\n" pieces between lines when
+  /// keeps_line_breaks()).
   std::vector<std::string> tokenize(const std::string& text, Side side = Side::source) const override;
-  /// SentencePiece's decoding of `tokens` under `side`'s model (`<unk>` shows as " ⁇ ").
+  /// SentencePiece's decoding of `tokens` under `side`'s model (`<unk>` shows as " ⁇ "; a "\n" piece
+  /// as a line break when keeps_line_breaks()).
   std::string detokenize(const std::vector<std::string>& tokens, Side side = Side::source) const override;
+  /// The (source or joint) model has the "\n" piece: text keeps its line breaks.
+  bool keeps_line_breaks() const;
   /// One model for both sides.
   bool joint() const;
   /// `side`'s model as serialized proto bytes (the same for both sides of a joint model).
@@ -278,6 +292,8 @@ Vocab vocab_from_pairs(const std::vector<TextPair>& pairs);
 /// The whole file (a UTF-8 byte-order mark dropped). A missing, unreadable or empty file throws
 /// IoError "PATH: ..."; invalid UTF-8 throws IoError "PATH:LINE: invalid UTF-8 at byte N of the file".
 std::string read_text(const std::string& path);
+/// The characters (code points) of `text`, which is valid UTF-8 (read_text's).
+int64_t count_characters(const std::string& text);
 /// The specials, then every distinct character (code point) of `text` in code-point order: nanoGPT's
 /// sorted(set(text)), each id shifted up by the 4 specials.
 Vocab char_vocab(const std::string& text);

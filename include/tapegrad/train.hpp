@@ -184,7 +184,7 @@ struct EvalResult {
   double token_accuracy = 0;         ///< greedy output vs target, position by position, over target tokens
   double exact_match = 0;            ///< greedy output equals the target exactly
   /// Text (evaluate_text): loss x tokens / (characters x ln 2), the loss in bits per character of the
-  /// targets; 0 for seq2seq evaluation.
+  /// targets (characters of the original text, also for pieces); 0 for seq2seq evaluation.
   double bits_per_char = 0;
   int64_t examples = 0;              ///< examples scored
   std::vector<std::string> samples;  ///< a few "source -> output (target)" lines
@@ -209,6 +209,9 @@ struct Session {
   /// --text: the training part's ids (the first 90% of the file); each step's blocks are drawn from it,
   /// and valid_examples holds the validation blocks (evenly spaced over the last 10%).
   std::vector<int32_t> train_text;
+  /// --text with SentencePiece pieces: characters (code points of the file) per token of the validation
+  /// part, which turns its nats per token into bits per character; 0 for characters (one per token).
+  double valid_characters_per_token = 0;
   std::unique_ptr<models::Seq2Seq> model;       ///< built from options.model
   std::unique_ptr<optim::Optimizer> optimizer;  ///< over model's parameters
   int64_t step = 0;                             ///< steps completed
@@ -275,9 +278,11 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
 
 /// Scores text blocks (data::text_blocks' examples) in batches of `batch_size` under NoGrad and in
 /// eval mode (restored afterwards): the mean loss in nats per target token, and in bits per character
-/// of the targets (each token's characters counted from its text in `vocab`).
+/// of the targets: with `characters_per_token` > 0 (pieces: Session::valid_characters_per_token), nats
+/// per token / (characters_per_token x ln 2); otherwise each token's characters counted from its text
+/// in `vocab` (characters).
 EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const std::vector<data::Example>& blocks,
-                         int64_t batch_size);
+                         int64_t batch_size, double characters_per_token = 0);
 
 /// Saves the session as step-N in run directory `dir` (created if needed) behind the `latest` link
 /// (see train.hpp). Throws NonFiniteError if a parameter is not finite (the last checkpoint is kept)
@@ -327,6 +332,21 @@ struct CheckpointExamples {
 /// mean other tokens); and what read_tsv and make_task throw.
 CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const CheckpointExampleSource& source,
                                            const std::string& what);
+
+/// A text file as a language-model checkpoint scores it (`tapegrad eval --text`).
+struct CheckpointText {
+  std::vector<data::Example> blocks;  ///< evenly spaced blocks of the checkpoint's block size (text_blocks)
+  /// Pieces: the file's characters per token (evaluate_text's characters_per_token); 0 for characters.
+  double characters_per_token = 0;
+  /// The file's tokens, and how many of them the vocabulary lacks (became data::kUnk).
+  /// @{
+  int64_t tokens = 0, unknown_tokens = 0;
+  /// @}
+};
+/// The text of `path` through `m`'s own tokenizer (a SentencePiece model from the checkpoint) and
+/// vocabulary, cut into `count` evenly spaced blocks over the whole file. Throws what read_text throws,
+/// and IoError when the file holds too few tokens for one block.
+CheckpointText text_for_checkpoint(const LoadedModel& m, const std::string& path, int64_t count);
 
 /// The checks behind loading, on files already read (wherever they live). Each throws IoError naming
 /// the file and the metadata field or tensor at fault.

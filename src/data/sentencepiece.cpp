@@ -5,9 +5,16 @@
 // the Vocab's spellings, so that a piece id is a tapegrad vocabulary id and outside tools reading the
 // .model file agree with a checkpoint. Training is made deterministic: SentencePiece otherwise samples
 // and shuffles its input when it is large, and its thread count splits its sums.
+//
+// Line breaks (plain text for a language model): SentencePiece's normaliser turns "\n" into a space,
+// so a model trained for text gets "\n" as a user-defined piece (id 4, right after the specials) and
+// the text is encoded line by line with that piece between lines, rather than letting SentencePiece
+// see the "\n" itself: each line then starts with the word-start mark, as every line it was trained
+// on did, and decoding line by line gives back the lines without a stray space after each break.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -71,9 +78,14 @@ class LineIterator final : public sentencepiece::SentenceIterator {
 };
 
 constexpr const char* kSpecials[] = {"<pad>", "<bos>", "<eos>", "<unk>"};
+constexpr char kNewlinePiece[] = "\n";
+
+bool has_newline_piece(const sentencepiece::SentencePieceProcessor& p) {
+  return p.PieceToId(kNewlinePiece) != p.unk_id();
+}
 
 std::string train_model(const std::vector<const std::vector<std::string>*>& parts, const SentencePieceOptions& o) {
-  const std::unordered_map<std::string, std::string> spec = {
+  std::unordered_map<std::string, std::string> spec = {
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", sentencepiece_type_name(o.type)},
       {"pad_id", "0"}, {"bos_id", "1"}, {"eos_id", "2"}, {"unk_id", "3"},
@@ -87,6 +99,7 @@ std::string train_model(const std::vector<const std::vector<std::string>*>& part
       // SentencePiece's progress log is for its own command-line tool; errors come back as status.
       {"minloglevel", "2"},
   };
+  if (o.newline_piece) spec.emplace("user_defined_symbols", kNewlinePiece);
   LineIterator lines(parts);
   std::string proto;
   const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &proto);
@@ -144,18 +157,50 @@ std::shared_ptr<const SentencePieceTokenizer> SentencePieceTokenizer::load(const
 }
 
 std::vector<std::string> SentencePieceTokenizer::tokenize(const std::string& text, Side side) const {
+  const auto& processor = impl_->processor(side);
+  const auto encode = [&](const std::string& line, std::vector<std::string>& pieces) {
+    std::vector<std::string> line_pieces;
+    if (const auto status = processor.Encode(line, &line_pieces); !status.ok())
+      throw Error("SentencePiece cannot encode the text: " + status_message(status));
+    pieces.insert(pieces.end(), line_pieces.begin(), line_pieces.end());
+  };
   std::vector<std::string> pieces;
-  if (const auto status = impl_->processor(side).Encode(text, &pieces); !status.ok())
-    throw Error("SentencePiece cannot encode the text: " + status_message(status));
-  return pieces;
+  if (!has_newline_piece(processor)) {
+    encode(text, pieces);
+    return pieces;
+  }
+  for (size_t begin = 0;;) {
+    const size_t nl = text.find('\n', begin);
+    encode(text.substr(begin, nl - begin), pieces);
+    if (nl == std::string::npos) return pieces;
+    pieces.push_back(kNewlinePiece);
+    begin = nl + 1;
+  }
 }
 
 std::string SentencePieceTokenizer::detokenize(const std::vector<std::string>& tokens, Side side) const {
+  const auto& processor = impl_->processor(side);
+  const auto decode = [&](auto begin, auto end, std::string& text) {
+    std::string line;
+    if (const auto status = processor.Decode(std::vector<std::string>(begin, end), &line); !status.ok())
+      throw Error("SentencePiece cannot decode the pieces: " + status_message(status));
+    text += line;
+  };
   std::string text;
-  if (const auto status = impl_->processor(side).Decode(tokens, &text); !status.ok())
-    throw Error("SentencePiece cannot decode the pieces: " + status_message(status));
-  return text;
+  if (!has_newline_piece(processor)) {
+    decode(tokens.begin(), tokens.end(), text);
+    return text;
+  }
+  for (auto begin = tokens.begin();;) {
+    const auto nl = std::find(begin, tokens.end(), kNewlinePiece);
+    decode(begin, nl, text);
+    if (nl == tokens.end()) return text;
+    text += '\n';
+    begin = nl + 1;
+  }
 }
+
+bool SentencePieceTokenizer::keeps_line_breaks() const { return has_newline_piece(impl_->source); }
 
 bool SentencePieceTokenizer::joint() const { return impl_->target_bytes.empty(); }
 

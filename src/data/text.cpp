@@ -28,6 +28,11 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
+int64_t count_characters(const std::string& text) {
+  // Every code point has exactly one byte that is not a continuation byte (10xxxxxx).
+  return std::count_if(text.begin(), text.end(), [](char b) { return (static_cast<unsigned char>(b) & 0xC0) != 0x80; });
+}
+
 Vocab char_vocab(const std::string& text) {
   // UTF-8 byte order is code-point order, so a sorted set of the characters is Python's sorted(set(text)).
   const std::vector<std::string> chars = tokenize(text, Tokenization::chars);

@@ -1,6 +1,7 @@
 // Examples for a loaded checkpoint (train.hpp's examples_for_checkpoint): from a TSV file or a built-in
 // task, always as ids of the checkpoint's own vocabulary. What `tapegrad eval` scores and what
-// `tapegrad tape --checkpoint` steps on.
+// `tapegrad tape --checkpoint` steps on. And text blocks for a language-model checkpoint
+// (text_for_checkpoint), what `tapegrad eval --text` scores.
 #include <algorithm>
 
 #include "tapegrad/error.hpp"
@@ -41,6 +42,23 @@ CheckpointExamples examples_for_checkpoint(const LoadedModel& m, const Checkpoin
   out.examples = task->sample_many(gen, source.count);
   for (const auto& e : out.examples)
     out.target_text.push_back(out.tokenizer->detokenize(task->vocab().decode(e.tgt), data::Side::target));
+  return out;
+}
+
+CheckpointText text_for_checkpoint(const LoadedModel& m, const std::string& path, int64_t count) {
+  const std::string text = data::read_text(path);
+  const auto tokenizer = m.tokenizer ? m.tokenizer : data::make_tokenizer(m.options.tokens);
+  const std::vector<int32_t> ids = data::encode_text(text, m.vocab, *tokenizer);
+  const int64_t block = m.options.block_size;  // as it trained (the gpt's positions cover one block)
+  if (int64_t(ids.size()) < block + 1)
+    throw IoError(path + ": holds " + std::to_string(ids.size()) + " tokens, fewer than the checkpoint's block size " +
+                  std::to_string(block) + " + 1");
+  CheckpointText out;
+  out.blocks = data::text_blocks(ids, data::evenly_spaced_offsets(int64_t(ids.size()), block, count), block);
+  out.tokens = int64_t(ids.size());
+  out.unknown_tokens = std::count(ids.begin(), ids.end(), data::kUnk);
+  if (m.options.tokens == data::Tokenization::sentencepiece)  // as the training run's validation
+    out.characters_per_token = double(data::count_characters(text)) / double(ids.size());
   return out;
 }
 

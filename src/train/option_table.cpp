@@ -254,11 +254,11 @@ const std::vector<OptionSpec>& option_table() {
        "Fraction of --train held out without --valid", real_field<TAPEGRAD_FIELD(valid_fraction)>(0, 1, true)},
       {"--tokens", "tokens", "tokenization", kText, kRun, kFixed, kShown,
        "TSV tokenisation: chars | whitespace | sentencepiece (subword pieces: a model trained on the "
-       "training split, or --spm-model; stored in the checkpoint)",
+       "training split, or --spm-model; stored in the checkpoint); --text: chars | sentencepiece",
        choice_field<TAPEGRAD_FIELD(tokens), data::tokenization_name, data::parse_tokenization>()},
       {"--text", "text", "", kPath, kRun, kFixed, kInHelp,
-       "Plain-text file for --model gpt (instead of --task or --train): read whole, tokenised by characters; "
-       "the first 90% trains, the last 10% validates",
+       "Plain-text file for --model gpt (instead of --task or --train): read whole, tokenised by characters "
+       "(or --tokens sentencepiece); the first 90% of its characters trains, the last 10% validates",
        text_field<TAPEGRAD_FIELD(text)>(), kAbsentIsDefault},
       {"--block-size", "block_size", "", kInteger, kRun, kFixed, kShown,
        "--text: tokens per training block, the gpt's context length",

@@ -73,8 +73,11 @@ void check_tokenizer_options(const TrainOptions& o) {
                   data::tokenization_name(o.tokens) + ")");
     return;
   }
-  if (o.train.empty())
-    throw Error("--tokens sentencepiece: only with --train FILE (a built-in task has its own tokens)");
+  if (o.train.empty() && o.text.empty())
+    throw Error("--tokens sentencepiece: only with --train FILE or --text FILE (a built-in task has its own tokens)");
+  // One text, one piece model: there are no sides to split.
+  if (!o.text.empty() && (o.spm_sides != defaults.spm_sides || o.given.count("--spm-sides")))
+    throw Error("--spm-sides " + o.spm_sides + ": only with --train (--text has no source and target sides)");
   if (!o.spm_model.empty() && !spm_option.empty())
     throw Error(spm_option + ": does not apply with --spm-model " + o.spm_model +
                 " (the model fixes its pieces; it is one joint model)");
@@ -91,8 +94,9 @@ void TrainOptions::validate() const {
     throw Error("--model gpt: a language model trains on text: pass --text FILE (not --task or --train)");
   if (!gpt && !text.empty())
     throw Error("--text " + text + ": only for --model gpt (the seq2seq models train on --task or --train)");
-  if (!text.empty() && tokens != data::Tokenization::chars)
-    throw Error("--tokens " + std::string(data::tokenization_name(tokens)) + ": --text is tokenised by characters");
+  if (!text.empty() && tokens == data::Tokenization::whitespace)
+    throw Error("--tokens whitespace: --text is tokenised by characters (chars) or SentencePiece pieces "
+                "(sentencepiece)");
   if (gpt)
     for (const char* fixed : {"--d-ff", "--positional", "--pre-ln", "--activation", "--tie-embeddings"})
       if (given.count(fixed))

@@ -110,7 +110,7 @@ std::string Session::describe() const {
   os << ", " << valid_examples.size() << " held out";
   if (options.tokens == data::Tokenization::sentencepiece) {
     // Pieces the vocabulary lacks (characters the model never saw) train as <unk>: say how many.
-    int64_t tokens = 0, unknown = 0;
+    int64_t tokens = int64_t(train_text.size()), unknown = std::count(train_text.begin(), train_text.end(), data::kUnk);
     for (const auto& e : train_examples)
       for (const auto* side : {&e.src, &e.tgt}) {
         tokens += int64_t(side->size());
@@ -163,15 +163,60 @@ void check_recorded_file(const std::string& recorded, const std::string& option,
       ")");
 }
 
-// --text: the file's ids split 90/10 (the first part trains), the validation part cut into
-// --valid-size evenly spaced blocks. The vocabulary is the file's characters, or the checkpoint's.
-void read_text_data(Session& s, const TrainOptions& o, const data::Vocab* resumed_vocab) {
+// The SentencePiece model of --text: --spm-model (which must keep line breaks), or one trained on the
+// lines of the training part alone (`train_part`), never on the validation text.
+std::shared_ptr<const data::SentencePieceTokenizer> text_piece_model(const TrainOptions& o, const std::string& train_part) {
+  if (!o.spm_model.empty()) {
+    std::shared_ptr<const data::SentencePieceTokenizer> model;
+    try {
+      model = data::SentencePieceTokenizer::load(o.spm_model);
+    } catch (const Error& e) {
+      throw Error(std::string("--spm-model: ") + e.what());
+    }
+    if (!model->keeps_line_breaks())
+      throw Error("--spm-model " + o.spm_model +
+                  ": has no line-break piece, which --text needs (a model from a --text run has it: "
+                  "RUN/sentencepiece.model)");
+    return model;
+  }
+  std::vector<std::string> lines;
+  for (size_t begin = 0; begin < train_part.size();) {
+    const size_t nl = std::min(train_part.find('\n', begin), train_part.size());
+    if (nl > begin) lines.push_back(train_part.substr(begin, nl - begin));
+    begin = nl + 1;
+  }
+  return data::SentencePieceTokenizer::train(lines, {}, {.vocab_size = o.vocab_size, .type = o.spm_type,
+                                                         .newline_piece = true});
+}
+
+// --text: the file split 90/10 at a character (code point) boundary, nanoGPT's int(n * 0.9) of its
+// characters: the first part trains, the last part's ids are cut into --valid-size evenly spaced
+// blocks. Characters: the vocabulary is every character of the file (or the checkpoint's), one id per
+// character, so the split is the same in ids. Pieces: the SentencePiece model is trained on the first
+// part (or given, or the checkpoint's) and each part is encoded on its own.
+void read_text_data(Session& s, const TrainOptions& o, const LoadedModel* resumed) {
   const std::string text = data::read_text(o.text);
-  s.vocab = resumed_vocab ? *resumed_vocab : data::char_vocab(text);
-  std::vector<int32_t> ids = data::encode_text(text, s.vocab, *s.tokenizer);
-  const auto n_train = size_t(double(ids.size()) * 0.9);  // nanoGPT's int(n * 0.9)
-  const std::vector<int32_t> valid(ids.begin() + long(n_train), ids.end());
-  ids.resize(n_train);
+  const int64_t characters = data::count_characters(text);
+  const auto n_train_chars = int64_t(double(characters) * 0.9);
+  size_t cut = 0;  // the byte where character n_train_chars starts: past n_train_chars character starts
+  for (int64_t c = 0; c < n_train_chars; ++c)
+    do ++cut;
+    while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80);
+  const std::string train_part = text.substr(0, cut), valid_part = text.substr(cut);
+  if (resumed) {
+    s.tokenizer = resumed->tokenizer;
+    s.vocab = resumed->vocab;
+  } else if (o.tokens == data::Tokenization::sentencepiece) {
+    const auto pieces = text_piece_model(o, train_part);
+    s.tokenizer = pieces;
+    const auto tokens = pieces->vocabulary();
+    s.vocab = data::Vocab::from_tokens({tokens.begin() + 4, tokens.end()});
+  } else {
+    s.tokenizer = data::make_tokenizer(o.tokens);
+    s.vocab = data::char_vocab(text);
+  }
+  std::vector<int32_t> ids = data::encode_text(train_part, s.vocab, *s.tokenizer);
+  const std::vector<int32_t> valid = data::encode_text(valid_part, s.vocab, *s.tokenizer);
   for (const auto& [part, n] : {std::pair{"first 90%", ids.size()}, std::pair{"last 10%", valid.size()}})
     if (int64_t(n) < o.block_size + 1)
       throw IoError(o.text + ": its " + part + " holds " + std::to_string(n) + " tokens, fewer than --block-size " +
@@ -179,6 +224,10 @@ void read_text_data(Session& s, const TrainOptions& o, const data::Vocab* resume
   s.train_text = std::move(ids);
   s.valid_examples = data::text_blocks(
       valid, data::evenly_spaced_offsets(int64_t(valid.size()), o.block_size, o.valid_size), o.block_size);
+  // Bits per character of pieces: the validation text's nats per token over its characters (code points
+  // of the original text) per token; a character is one token, so characters count their own (evaluate_text).
+  if (o.tokens == data::Tokenization::sentencepiece)
+    s.valid_characters_per_token = double(characters - n_train_chars) / double(valid.size());
 }
 
 // The run's tokenizer: chars or whitespace; or SentencePiece, loaded from --spm-model or trained on
@@ -231,8 +280,7 @@ Session make_session(const TrainOptions& requested_options) {
   }
 
   if (!o.text.empty()) {
-    s.tokenizer = data::make_tokenizer(o.tokens);  // chars (validate refuses the others for now)
-    read_text_data(s, o, resumed ? &resumed->vocab : nullptr);
+    read_text_data(s, o, resumed.get());
   } else if (o.train.empty()) {
     s.task = data::make_task(o.task, o.task_options);
     s.vocab = s.task->vocab();
@@ -365,7 +413,7 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
 }
 
 EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const std::vector<data::Example>& blocks,
-                         int64_t batch_size) {
+                         int64_t batch_size, double characters_per_token) {
   EvalResult r;
   r.examples = int64_t(blocks.size());
   if (blocks.empty()) return r;
@@ -381,12 +429,17 @@ EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const
     const int64_t n = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n);
     tokens += n;
-    for (const data::Example& e : chunk)
-      for (auto id = e.tgt.begin() + 1; id != e.tgt.end(); ++id)
-        chars += int64_t(data::tokenize(vocab.token(*id), data::Tokenization::chars).size());
+    if (characters_per_token <= 0)
+      for (const data::Example& e : chunk)
+        for (auto id = e.tgt.begin() + 1; id != e.tgt.end(); ++id)
+          chars += int64_t(data::tokenize(vocab.token(*id), data::Tokenization::chars).size());
   }
   r.loss = loss_sum / double(tokens);
-  r.bits_per_char = loss_sum / (double(std::max<int64_t>(chars, 1)) * std::log(2.0));
+  // A piece's spelling is not the text it covers (its word-start mark, normalised spaces), so pieces
+  // scale nats per token by the text's own characters per token instead of counting them.
+  r.bits_per_char = characters_per_token > 0
+                        ? r.loss / (characters_per_token * std::log(2.0))
+                        : loss_sum / (double(std::max<int64_t>(chars, 1)) * std::log(2.0));
   model.train(was_training);
   return r;
 }
@@ -421,7 +474,7 @@ void train(Session& s, const std::function<void(const StepLog&)>& on_step,
   auto run_eval = [&](int64_t step) {
     if (!writer) return;
     const bool text = !o.text.empty();
-    const EvalResult r = text ? evaluate_text(*s.model, s.vocab, s.valid_examples, 64)
+    const EvalResult r = text ? evaluate_text(*s.model, s.vocab, s.valid_examples, 64, s.valid_characters_per_token)
                               : evaluate(*s.model, s.vocab, *s.tokenizer, s.valid_examples, 256, o.decode_max_len);
     if (run && step > first_step) {  // a resume with no steps left keeps the rows it carried over
       MetricsRow row;

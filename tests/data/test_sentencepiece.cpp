@@ -1,7 +1,9 @@
 // SentencePiece tokens in the data layer: accented Spanish and English round-trip through the pieces,
-// piece ids are the vocabulary's ids, training is deterministic, and what SentencePiece refuses (a size
-// it cannot reach, a file that is no model, a model with other specials) is one clear error.
+// piece ids are the vocabulary's ids, training is deterministic, a model trained for text keeps its
+// line breaks, and what SentencePiece refuses (a size it cannot reach, a file that is no model, a model
+// with other specials) is one clear error.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -100,6 +102,29 @@ TEST_CASE("SentencePiece training is deterministic: the same lines and options g
     const auto other = SentencePieceTokenizer::train(half, c.en, {40, type, false});
     CHECK(other->model(Side::source) != a->model(Side::source));
   }
+}
+
+TEST_CASE("a model trained for text keeps line breaks: '\\n' is piece 4, between lines encoded alone, and decodes to a line break",
+          "[data][spm]") {
+  const Corpus c = corpus();
+  const std::string text = "the child ate an apple.\nwhere? is the house.\n\nthe song\n";
+  for (const auto type : {SentencePieceType::unigram, SentencePieceType::bpe}) {
+    CAPTURE(sentencepiece_type_name(type));
+    const auto tok = SentencePieceTokenizer::train(c.en, {}, {.vocab_size = 40, .type = type, .newline_piece = true});
+    CHECK(tok->keeps_line_breaks());
+    CHECK(tok->vocabulary()[4] == "\n");
+    const auto pieces = tok->tokenize(text);
+    CHECK(std::count(pieces.begin(), pieces.end(), "\n") == 4);
+    // Each line is encoded on its own: the pieces after a line break are the line's pieces alone.
+    const auto second = tok->tokenize("where? is the house.");
+    CHECK(std::equal(second.begin(), second.end(), std::find(pieces.begin(), pieces.end(), "\n") + 1));
+    CHECK(tok->detokenize(pieces) == text);
+    CHECK(tok->detokenize(tok->tokenize("\n")) == "\n");
+  }
+  // A translation model has no such piece: SentencePiece's normaliser makes line breaks spaces.
+  const auto pairs = SentencePieceTokenizer::train(c.es, c.en, {60, SentencePieceType::unigram, false});
+  CHECK_FALSE(pairs->keeps_line_breaks());
+  CHECK(pairs->detokenize(pairs->tokenize(text)).find('\n') == std::string::npos);
 }
 
 TEST_CASE("what SentencePiece refuses is one error naming the option or the file", "[data][spm]") {

@@ -1,7 +1,9 @@
 // The decoder-only model and its text training: nanoGPT's parameter count, causality, the KV cache
 // against recomputing the context (past the block size too), seeded sampling, text batches as a pure
 // function of (seed, step) and an exact resume, the 90/10 split and its validation blocks, and the
-// recipe's optimizer options (--decay matrices, --min-lr, --beta2). Corpora are written by the tests.
+// recipe's optimizer options (--decay matrices, --min-lr, --beta2), and SentencePiece pieces of text
+// (bits per character from the text's own characters, a piece model given with --spm-model). Corpora
+// are written by the tests.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -132,13 +134,18 @@ TEST_CASE("text batches are a pure function of seed and step: x and y are one bl
   CHECK(a.target_tokens() == 4 * 16);
 }
 
-TEST_CASE("a text run resumed from a checkpoint gives the bits of the straight run", "[models][gpt][train]") {
-  const std::string dir = test::temp_dir("gpt-resume");
+TEST_CASE("a text run resumed from a checkpoint gives the bits of the straight run, characters and pieces",
+          "[models][gpt][train]") {
+  const auto tokens = GENERATE(data::Tokenization::chars, data::Tokenization::sentencepiece);
+  CAPTURE(data::tokenization_name(tokens));
+  const std::string dir = test::temp_dir(std::string("gpt-resume-") + data::tokenization_name(tokens));
   const std::string corpus = write_corpus(dir);
   // A schedule that does not depend on --steps, so the 4-step run takes the straight run's first 4 steps.
   auto options = [&](int64_t steps) {
     train::TrainOptions o = text_training(corpus, steps);
     o.schedule = optim::Schedule::constant;
+    o.tokens = tokens;
+    if (tokens == data::Tokenization::sentencepiece) o.vocab_size = 32;  // the resumed run keeps the stored model
     return o;
   };
   train::TrainOptions straight = options(8);
@@ -159,7 +166,57 @@ TEST_CASE("a text run resumed from a checkpoint gives the bits of the straight r
   const auto rows = train::read_metrics(straight.out_dir + "/metrics.csv");
   REQUIRE(!rows.empty());
   CHECK(std::isfinite(rows.back().valid_bits_per_char));
-  CHECK(rows.back().valid_bits_per_char == Approx(rows.back().valid_loss / std::log(2.0)));  // chars: 1 token, 1 char
+  if (tokens == data::Tokenization::chars)  // 1 token, 1 char
+    CHECK(rows.back().valid_bits_per_char == Approx(rows.back().valid_loss / std::log(2.0)));
+  CHECK(c.vocab.tokens() == a.vocab.tokens());
+}
+
+TEST_CASE("pieces: bits per character is nats per token x the validation text's tokens per character / ln 2",
+          "[models][gpt][spm]") {
+  const std::string dir = test::temp_dir("gpt-pieces");
+  const std::string path = write_corpus(dir);
+  train::TrainOptions o = text_training(path, 3);
+  o.tokens = data::Tokenization::sentencepiece, o.vocab_size = 32, o.out_dir = dir + "/run";
+  train::Session s = train::make_session(o);
+  train::EvalResult eval;
+  train::train(s, nullptr, [&](int64_t, const train::EvalResult& r) { eval = r; });
+  // The validation text, found here from the file: its last 10% of characters (the corpus is ASCII).
+  const std::string text = data::read_text(path);
+  const std::string valid_text = text.substr(size_t(double(text.size()) * 0.9));
+  const auto valid_tokens = double(data::encode_text(valid_text, s.vocab, *s.tokenizer).size());
+  const auto valid_chars = double(valid_text.size());
+  REQUIRE(valid_tokens < 0.6 * valid_chars);  // pieces are longer than characters
+  CHECK(eval.loss > 0);
+  CHECK(eval.bits_per_char == Approx(eval.loss * valid_tokens / valid_chars / std::log(2.0)).epsilon(1e-12));
+  // metrics.csv's valid_bits_per_char column is that figure too.
+  const auto rows = train::read_metrics(o.out_dir + "/metrics.csv");
+  REQUIRE(!rows.empty());
+  CHECK(rows.back().valid_loss == Approx(eval.loss).epsilon(1e-12));
+  CHECK(rows.back().valid_bits_per_char == Approx(eval.bits_per_char).epsilon(1e-12));
+}
+
+TEST_CASE("--spm-model for --text: a text run's own model gives its vocabulary; a model without a line-break piece "
+          "is refused",
+          "[models][gpt][spm]") {
+  const std::string dir = test::temp_dir("gpt-spm-model");
+  const std::string path = write_corpus(dir);
+  train::TrainOptions o = text_training(path, 1);
+  o.tokens = data::Tokenization::sentencepiece, o.vocab_size = 32, o.out_dir = dir + "/run";
+  train::Session first = train::make_session(o);
+  train::train(first, nullptr, nullptr);
+  train::TrainOptions given = text_training(path, 1);
+  given.tokens = data::Tokenization::sentencepiece, given.spm_model = dir + "/run/sentencepiece.model";
+  const train::Session second = train::make_session(given);
+  CHECK(second.vocab.tokens() == first.vocab.tokens());
+  CHECK(second.train_text == first.train_text);
+  // A translation model (no "\n" piece) would turn the text's line breaks into spaces.
+  const auto pairs = data::SentencePieceTokenizer::train({"the lord said unto moses", "and god said"}, {},
+                                                         {.vocab_size = 20});
+  std::ofstream(dir + "/pairs.model", std::ios::binary) << pairs->model(data::Side::source);
+  given.spm_model = dir + "/pairs.model";
+  CHECK_THROWS_WITH(train::make_session(given),
+                    "--spm-model " + dir + "/pairs.model: has no line-break piece, which --text needs (a model from "
+                    "a --text run has it: RUN/sentencepiece.model)");
 }
 
 TEST_CASE("--decay matrices decays only parameters of 2 or more dimensions; all decays every one",

@@ -45,16 +45,20 @@ Runner add_generate(CLI::App& app) {
     if (!gpt)
       throw Error("generate: " + a->checkpoint + " holds a " + models::model_name(m.model->config().kind) +
                   " model; generate needs a language model (train --model gpt --text FILE)");
+    // Characters, or SentencePiece pieces through the checkpoint's own piece model (line breaks as its
+    // line-break piece, and printed back as line breaks by detokenize).
     const std::vector<std::string> tokens = m.tokenizer->tokenize(a->prompt);
+    const char* unit = m.tokenizer->kind() == data::Tokenization::sentencepiece ? "piece" : "character";
     std::vector<int32_t> prompt;
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int32_t id = m.vocab.id(tokens[i]);
       if (id == data::kUnk)
-        throw Error("generate: --prompt: character " + std::to_string(i + 1) + " ('" + tokens[i] +
+        throw Error("generate: --prompt: " + std::string(unit) + " " + std::to_string(i + 1) + " ('" + tokens[i] +
                     "') is not in the checkpoint's vocabulary");
       prompt.push_back(id);
     }
-    if (prompt.empty()) throw Error("generate: --prompt is empty (it needs at least one character)");
+    if (prompt.empty())
+      throw Error("generate: --prompt is empty (it needs at least one " + std::string(unit) + ")");
     a->o.use_cache = !a->no_cache;
     const std::vector<int32_t> ids = models::generate(*gpt, prompt, a->o);
     std::vector<std::string> pieces;

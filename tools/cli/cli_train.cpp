@@ -179,7 +179,7 @@ Runner add_train(CLI::App& app) {
 
 Runner add_eval(CLI::App& app) {
   struct Args {
-    std::string checkpoint, task, valid;
+    std::string checkpoint, task, valid, text;
     data::TaskOptions task_options;
     bool lengths_given = false;
     int64_t size = 1000, batch_size = 256, max_len = 0, beam = 1;
@@ -204,7 +204,10 @@ Runner add_eval(CLI::App& app) {
       sub->add_option("--max-len", a->task_options.max_len, "Longest task source (default: as trained)")
           ->check(int_range(1, 100000));
   sub->add_option("--valid", a->valid, "TSV file to evaluate on instead of a task");
-  sub->add_option("--size", a->size, "Task examples to evaluate")
+  sub->add_option("--text", a->text,
+                  "Plain-text file to score a language-model checkpoint (train --model gpt --text) on: loss in "
+                  "nats per token and bits per character over --size evenly spaced blocks of the whole file");
+  sub->add_option("--size", a->size, "Task examples (or --text blocks) to evaluate")
       ->capture_default_str()
       ->check(int_range(1, 1 << 24));
   add_seed_option(sub, &a->seed, "Seed of the evaluation examples (differs from training's)");
@@ -224,6 +227,30 @@ Runner add_eval(CLI::App& app) {
   return [a, mn, mx] {
     if (a->threads > 0) runtime::set_num_threads(a->threads);
     train::LoadedModel m = train::load_checkpoint(a->checkpoint);
+    const bool language_model = m.model->config().kind == models::ModelKind::gpt;
+    if (!a->text.empty() && !language_model)
+      throw Error("eval: --text: only for a language-model checkpoint (train --model gpt --text); " + a->checkpoint +
+                  " holds a " + models::model_name(m.model->config().kind) + " model");
+    if (language_model) {
+      if (a->text.empty() || !a->valid.empty() || !a->task.empty())
+        throw Error("eval: " + a->checkpoint + " holds a gpt language model: pass --text FILE (not --valid or --task)");
+      // The checkpoint's own tokenizer (its SentencePiece model for pieces): nothing else is needed.
+      const train::CheckpointText held_out = train::text_for_checkpoint(m, a->text, a->size);
+      if (held_out.unknown_tokens > 0 && !a->json)
+        std::fprintf(stderr, "eval: %lld of %lld tokens unknown to the vocabulary (mapped to <unk>)\n",
+                     (long long)held_out.unknown_tokens, (long long)held_out.tokens);
+      const train::EvalResult r =
+          train::evaluate_text(*m.model, m.vocab, held_out.blocks, 64, held_out.characters_per_token);
+      if (a->json) {
+        const nlohmann::json j = {{"checkpoint", a->checkpoint}, {"step", m.step},   {"model", "gpt"},
+                                  {"blocks", r.examples},        {"loss", r.loss}, {"bits_per_char", r.bits_per_char}};
+        std::printf("%s\n", j.dump().c_str());
+        return 0;
+      }
+      std::printf("checkpoint: %s (step %lld, gpt)\n", a->checkpoint.c_str(), (long long)m.step);
+      print_eval("", r);
+      return 0;
+    }
     data::TaskOptions opts = m.options.task_options;
     if (mn->count()) opts.min_len = a->task_options.min_len;
     if (mx->count()) opts.max_len = a->task_options.max_len;
