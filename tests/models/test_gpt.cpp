@@ -40,6 +40,13 @@ train::TrainOptions text_training(const std::string& text, int64_t steps) {
   return o;
 }
 
+// text_training on 32 SentencePiece pieces trained by the run, checkpointed to `out_dir`.
+train::TrainOptions piece_training(const std::string& text, int64_t steps, const std::string& out_dir) {
+  train::TrainOptions o = text_training(text, steps);
+  o.tokens = data::Tokenization::sentencepiece, o.vocab_size = 32, o.out_dir = out_dir;
+  return o;
+}
+
 std::vector<double> all_parameters(const nn::Module& m) {
   std::vector<double> out;
   for (const Tensor& p : m.parameters())
@@ -175,8 +182,7 @@ TEST_CASE("pieces: bits per character is nats per token x the validation text's 
           "[models][gpt][spm]") {
   const std::string dir = test::temp_dir("gpt-pieces");
   const std::string path = write_corpus(dir);
-  train::TrainOptions o = text_training(path, 3);
-  o.tokens = data::Tokenization::sentencepiece, o.vocab_size = 32, o.out_dir = dir + "/run";
+  const train::TrainOptions o = piece_training(path, 3, dir + "/run");
   train::Session s = train::make_session(o);
   train::EvalResult eval;
   train::train(s, nullptr, [&](int64_t, const train::EvalResult& r) { eval = r; });
@@ -200,8 +206,7 @@ TEST_CASE("--spm-model for --text: a text run's own model gives its vocabulary; 
           "[models][gpt][spm]") {
   const std::string dir = test::temp_dir("gpt-spm-model");
   const std::string path = write_corpus(dir);
-  train::TrainOptions o = text_training(path, 1);
-  o.tokens = data::Tokenization::sentencepiece, o.vocab_size = 32, o.out_dir = dir + "/run";
+  const train::TrainOptions o = piece_training(path, 1, dir + "/run");
   train::Session first = train::make_session(o);
   train::train(first, nullptr, nullptr);
   train::TrainOptions given = text_training(path, 1);
