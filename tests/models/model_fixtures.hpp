@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <vector>
 #include <string>
 
 #include "tapegrad/train.hpp"
@@ -33,11 +34,21 @@ inline train::TrainOptions copy_training(const models::ModelConfig& model, data:
 }
 
 // An empty directory under the temporary directory, unique to this process.
+// A fresh directory for this process, removed when the test program exits (however its tests ended).
 inline std::string temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
+  struct RemovedAtExit {
+    std::vector<fs::path> dirs;
+    ~RemovedAtExit() {
+      std::error_code ignored;
+      for (const fs::path& d : dirs) fs::remove_all(d, ignored);
+    }
+  };
+  static RemovedAtExit made;
   const fs::path p = fs::temp_directory_path() / ("tapegrad-test-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  made.dirs.push_back(p);
   return p.string();
 }
 
