@@ -62,6 +62,18 @@ TEST_CASE("a checkpoint trained with --tokens sentencepiece translates with noth
   const train::LoadedModel m = train::load_checkpoint(dir + "/run");
   REQUIRE(m.tokenizer->kind() == data::Tokenization::sentencepiece);
   CHECK(file_model->vocabulary() == m.vocab.tokens());
+  // The run's config.json (which records the vocabulary size it trained) with its own piece model:
+  // --spm-model replaces the file's piece-training settings, and the repeat has the same pieces.
+  const Run again = run("train --config " + dir + "/run/config.json --spm-model " + dir +
+                        "/run/sentencepiece.model --steps 1 --out " + dir + "/again");
+  INFO(again.out);
+  REQUIRE(again.code == 0);
+  CHECK(train::load_checkpoint(dir + "/again").vocab.tokens() == m.vocab.tokens());
+  // ... but a piece-training flag beside it is still refused.
+  const Run both = run("train --config " + dir + "/run/config.json --spm-model " + dir +
+                       "/run/sentencepiece.model --vocab-size 40 --steps 1 --out " + dir + "/both");
+  CHECK(both.code == 2);
+  CHECK_THAT(both.out, Catch::Contains("--vocab-size 40: does not apply with --spm-model"));
   // Nothing but the checkpoint: the data and the model file are gone.
   fs::remove(dir + "/train.tsv");
   fs::remove(dir + "/run/sentencepiece.model");

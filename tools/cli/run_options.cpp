@@ -55,6 +55,15 @@ train::TrainOptions& resolve_run_options(const CLI::App* sub, RunArgs& a) {
   // its checkpoint stored, whatever this says.)
   if (o.schedule == optim::Schedule::constant && !o.given.count("--warmup") && !a.config_keys.count("warmup"))
     o.warmup = 0;
+  // --spm-model on the command line chooses the pieces: the settings for training a piece model that
+  // came from a --config file (a run's config.json records the ones it trained with) give way to it,
+  // as any file key does to a flag; the same settings given as flags beside it are still refused.
+  if (o.given.count("--spm-model")) {
+    const train::TrainOptions defaults;
+    if (!o.given.count("--vocab-size")) o.vocab_size = defaults.vocab_size;
+    if (!o.given.count("--spm-type")) o.spm_type = defaults.spm_type;
+    if (!o.given.count("--spm-sides")) o.spm_sides = defaults.spm_sides;
+  }
   o.validate();
   return o;
 }
