@@ -182,10 +182,10 @@ class TeamBarrier {
 // perfectly parallel run (TeamRun), and a GEMM takes a team only when half its one-thread time
 // exceeds the estimate: the median of the last five losses, so that one outlier (the first run,
 // which starts the threads and first-touches their buffers, or one preemption) does not switch
-// teams off, while lasting contention does. The estimate halves every 200 ms without news, so
-// after the machine quietens small GEMMs go back to teams within about two seconds; under lasting
-// load that costs a few slow calls per such period. TAPEGRAD_GEMM_TEAM=always skips the estimate
-// (tests use it to exercise the team code whatever the load).
+// teams off, while lasting contention does. The estimate halves every 200 ms without news, and a
+// probe that loses little replaces the history (see record), so after the machine quietens GEMMs go
+// back to teams at the first good probe; under lasting load that costs a few slow calls per period.
+// TAPEGRAD_GEMM_TEAM=always skips the estimate (tests use it to exercise the team code whatever the load).
 class TeamCost {
  public:
   using Clock = std::chrono::steady_clock;
@@ -205,7 +205,16 @@ class TeamCost {
     std::lock_guard<std::mutex> lock(mutex_);
     const bool warm = micros(start - last_end_) < 4000.0;
     last_end_ = now;
-    recent_[next_++ % kRecent] = std::clamp(lost_us - (warm ? 0.0 : wake_us), 0.0, 1e6);
+    const double lost = std::clamp(lost_us - (warm ? 0.0 : wake_us), 0.0, 1e6);
+    // Slow to give teams up, quick to take them back: one probe that lost under a quarter of the
+    // estimate replaces the history, since the losses that raised it are gone. Without this, the
+    // one-time costs of a fresh team (threads created, their buffers first touched, vCPUs woken:
+    // 4-14 ms each on this VM) filled the median for whole seconds of a quiet machine, and a
+    // 2048x128x512 product ran on one thread of two (95 GFLOP/s where a team gives 155).
+    if (lost * 4 < median_us_.load(relaxed))
+      std::fill(recent_, recent_ + kRecent, lost);
+    else
+      recent_[next_++ % kRecent] = lost;
     double sorted[kRecent];
     std::copy(recent_, recent_ + kRecent, sorted);
     std::nth_element(sorted, sorted + kRecent / 2, sorted + kRecent);

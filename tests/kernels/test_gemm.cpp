@@ -320,3 +320,29 @@ TEMPLATE_TEST_CASE("gemm: large shapes", "[kernels][gemm][.slow]", float, double
     }
   }
 }
+
+// TeamCost: whether a GEMM takes a thread team, from the losses of recent team runs. Built here with
+// the estimate on (the file's kAlwaysTeams would skip it).
+#include "kernels/simd/gemm_config.hpp"
+
+TEST_CASE("team cost: slow to give teams up after lasting losses, back at the first probe that loses little",
+          "[gemm][team]") {
+  using tapegrad::kernels::simd::gemm_detail::TeamCost;
+  const std::string saved = std::getenv("TAPEGRAD_GEMM_TEAM") ? std::getenv("TAPEGRAD_GEMM_TEAM") : "";
+  unsetenv("TAPEGRAD_GEMM_TEAM");
+  TeamCost cost;
+  if (!saved.empty()) setenv("TAPEGRAD_GEMM_TEAM", saved.c_str(), 1);
+  const auto now = TeamCost::Clock::now();
+  constexpr double kSingleUs = 1000;  // a GEMM of 1 ms on one thread: worth a team while losses stay under 500 us
+  CHECK(cost.worth_it(kSingleUs));
+  cost.record(now, 8000, 0);  // one outlier (a fresh team's start-up) does not switch teams off
+  CHECK(cost.worth_it(kSingleUs));
+  cost.record(now, 9000, 0), cost.record(now, 7000, 0);  // lasting losses do
+  CHECK_FALSE(cost.worth_it(kSingleUs));
+  cost.record(now, 2000, 0);  // a probe still losing a quarter of the estimate or more keeps them off
+  CHECK_FALSE(cost.worth_it(kSingleUs));
+  cost.record(now, 40, 0);  // a probe that lost little: the machine is quiet again, teams at once
+  CHECK(cost.worth_it(kSingleUs));
+  cost.record(now, 8000, 0);  // and one new outlier does not undo that
+  CHECK(cost.worth_it(kSingleUs));
+}
