@@ -371,6 +371,16 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
   return evaluate(model, vocab, *data::make_tokenizer(tok), examples, batch_size, max_len, samples);
 }
 
+namespace {
+// f(chunk) for consecutive slices of at most batch_size examples, in order: the batches of an evaluation.
+template <class F>
+void for_each_chunk(const std::vector<data::Example>& examples, int64_t batch_size, F f) {
+  for (size_t start = 0; start < examples.size(); start += size_t(batch_size))
+    f(std::vector<data::Example>(examples.begin() + long(start),
+                                 examples.begin() + long(std::min(examples.size(), start + size_t(batch_size)))));
+}
+}  // namespace
+
 EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data::Tokenizer& tokenizer,
                     const std::vector<data::Example>& examples, int64_t batch_size, int64_t max_len,
                     int samples) {
@@ -383,10 +393,7 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
   int64_t tokens = 0, correct = 0, exact = 0;
   double loss_sum = 0;
   int64_t loss_tokens = 0;
-  for (size_t start = 0; start < examples.size(); start += size_t(batch_size)) {
-    const std::vector<data::Example> chunk(
-        examples.begin() + long(start),
-        examples.begin() + long(std::min(examples.size(), start + size_t(batch_size))));
+  for_each_chunk(examples, batch_size, [&](const std::vector<data::Example>& chunk) {
     const data::Batch batch = data::make_batch(chunk);
     const int64_t n_tok = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n_tok);
@@ -404,7 +411,7 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
                             tokenizer.detokenize(vocab.decode(got), data::Side::target) + "   (target " +
                             tokenizer.detokenize(vocab.decode(want), data::Side::target) + ")");
     }
-  }
+  });
   r.loss = loss_tokens ? loss_sum / double(loss_tokens) : 0;
   r.token_accuracy = tokens ? double(correct) / double(tokens) : 1.0;
   r.exact_match = double(exact) / double(examples.size());
@@ -422,9 +429,7 @@ EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const
   NoGrad no_grad;
   double loss_sum = 0;
   int64_t tokens = 0, chars = 0;
-  for (size_t start = 0; start < blocks.size(); start += size_t(batch_size)) {
-    const std::vector<data::Example> chunk(blocks.begin() + long(start),
-                                           blocks.begin() + long(std::min(blocks.size(), start + size_t(batch_size))));
+  for_each_chunk(blocks, batch_size, [&](const std::vector<data::Example>& chunk) {
     const data::Batch batch = data::make_block_batch(chunk);
     const int64_t n = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n);
@@ -433,7 +438,7 @@ EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const
       for (const data::Example& e : chunk)
         for (auto id = e.tgt.begin() + 1; id != e.tgt.end(); ++id)
           chars += int64_t(data::tokenize(vocab.token(*id), data::Tokenization::chars).size());
-  }
+  });
   r.loss = loss_sum / double(tokens);
   // A piece's spelling is not the text it covers (its word-start mark, normalised spaces), so pieces
   // scale nats per token by the text's own characters per token instead of counting them.
