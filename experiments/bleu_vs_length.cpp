@@ -126,14 +126,14 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
     if (!std::filesystem::exists(dir + "/" + split + ".tsv"))
       throw Error("bleu-vs-length: no " + dir + "/" + split + ".tsv (build it with `tools/run corpus bible-es-en`, "
                   "or give --corpus DIR holding train.tsv, valid.tsv and test.tsv)");
-  const data::TsvText test = data::read_tsv_text(dir + "/test.tsv");
+  std::map<std::string, data::TsvText> splits;  // each read once: the piece model, the bins, the scores
+  for (const char* split : {"train", "valid", "test"}) splits[split] = data::read_tsv_text(dir + "/" + split + ".tsv");
+  const data::TsvText& test = splits["test"];
   // Positions for the Transformer: the longest side in characters bounds its length in any tokens.
   int64_t longest = 0;
-  for (const auto* split : {"train", "valid", "test"}) {
-    const data::TsvText text = data::read_tsv_text(dir + "/" + split + ".tsv");
+  for (const auto& [name, text] : splits)
     for (const auto* side : {&text.src, &text.tgt})
       for (const std::string& s : *side) longest = std::max<int64_t>(longest, int64_t(s.size()));
-  }
   const int64_t steps = opts.steps > 0 ? opts.steps : (opts.quick ? 30 : 800);
   const int64_t sweep_steps = std::max<int64_t>(steps / 5, 1);
   const std::vector<double> lrs = opts.quick ? std::vector<double>{1e-3, 3e-3} : std::vector<double>{3e-4, 1e-3, 3e-3};
@@ -158,14 +158,16 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
   const std::string spm_model = (piece_dir / "sentencepiece.model").string();
   const int64_t vocab_size = opts.quick ? kQuickVocabSize : kVocabSize;
   if (log.log) log.log("SentencePiece: training a joint unigram model of " + std::to_string(vocab_size) + " pieces on " + dir + "/train.tsv");
-  train_piece_model(data::read_tsv_text(dir + "/train.tsv"), vocab_size, spm_model);
+  train_piece_model(splits["train"], vocab_size, spm_model);
   // The bins: the default edges, the open last bin merged into the one before while it holds fewer
   // than kMinPairsInLastBin test pairs (so "41+" rather than a "51+" of 14 verses).
+  std::vector<int64_t> source_words;
+  for (const std::string& src : test.src) source_words.push_back(word_count(src));
   Bins bins = kDefaultBins;
   std::vector<int64_t> pairs_in_bin;
   for (;;) {
     pairs_in_bin.assign(bins.size(), 0);
-    for (const std::string& src : test.src) ++pairs_in_bin[bin_of(bins, word_count(src))];
+    for (int64_t words : source_words) ++pairs_in_bin[bin_of(bins, words)];
     if (opts.quick || bins.size() <= 2 || pairs_in_bin.back() >= kMinPairsInLastBin) break;  // two bins at least
     bins.pop_back();
     bins.back().second = kOpen;
@@ -211,10 +213,11 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
     uint64_t seed;
     int64_t parameters = 0;
     std::vector<std::string> outputs;  // greedy, detokenised, one per test pair
+    double bleu = 0, chrf = 0;         // of the whole test set
   };
   std::vector<FinalRun> final_runs;
   for (const ModelArm& arm : arms)
-    for (uint64_t seed : seeds) final_runs.push_back({&arm, seed, 0, {}});
+    for (uint64_t seed : seeds) final_runs.push_back({&arm, seed, 0, {}, 0, 0});
   run_jobs(final_runs.size(), opts.jobs, opts.threads, [&](size_t i) {
     FinalRun& run = final_runs[i];
     const double lr = chosen_lr[run.arm->name];
@@ -228,9 +231,9 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
     for (const auto& e : examples) decode_len = std::max<int64_t>(decode_len, int64_t(e.tgt.size()) + 8);
     run.outputs = train::evaluate(*t.session.model, t.session.vocab, tokenizer, examples, 64, decode_len, 0).outputs;
     run.parameters = t.session.model->parameter_count();
-    if (log.log)
-      log.log("  " + what + ": test BLEU " + fmt(data::corpus_bleu(run.outputs, {test.tgt}).score, 2) + ", chrF2 " +
-              fmt(data::corpus_chrf(run.outputs, {test.tgt}).score, 2));
+    run.bleu = data::corpus_bleu(run.outputs, {test.tgt}).score;
+    run.chrf = data::corpus_chrf(run.outputs, {test.tgt}).score;
+    if (log.log) log.log("  " + what + ": test BLEU " + fmt(run.bleu, 2) + ", chrF2 " + fmt(run.chrf, 2));
   });
   std::map<std::string, int64_t> parameters;
   for (const ModelArm& arm : arms) bleu[arm.name].assign(bins.size(), {});
@@ -238,18 +241,16 @@ Report bleu_vs_length(const Options& opts, const Callbacks& cb) {
     const std::string& name = run.arm->name;
     parameters[name] = run.parameters;
     const std::vector<std::string>& refs = test.tgt;
-    const double all = data::corpus_bleu(run.outputs, {refs}).score;
-    const double chrf = data::corpus_chrf(run.outputs, {refs}).score;
-    overall[name].push_back(all);
+    overall[name].push_back(run.bleu);
     for (size_t b = 0; b < bins.size(); ++b) {
       std::vector<std::string> hyp_bin, ref_bin;
       for (size_t i = 0; i < test.src.size(); ++i)
-        if (bin_of(bins, word_count(test.src[i])) == b) hyp_bin.push_back(run.outputs[i]), ref_bin.push_back(refs[i]);
+        if (bin_of(bins, source_words[i]) == b) hyp_bin.push_back(run.outputs[i]), ref_bin.push_back(refs[i]);
       if (hyp_bin.empty()) continue;
       const double score = data::corpus_bleu(hyp_bin, {ref_bin}).score;
       bleu[name][b].push_back(score);
       report.table.add({"bleu-vs-length", name, std::to_string(run.seed), fmt_sig(chosen_lr[name], 2), bin_name(bins, b),
-                        std::to_string(pairs_in_bin[b]), fmt(score, 2), fmt(all, 2), fmt(chrf, 2)});
+                        std::to_string(pairs_in_bin[b]), fmt(score, 2), fmt(run.bleu, 2), fmt(run.chrf, 2)});
     }
   }
 
