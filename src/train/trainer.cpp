@@ -372,12 +372,17 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, data::Toke
 }
 
 namespace {
-// f(chunk) for consecutive slices of at most batch_size examples, in order: the batches of an evaluation.
+// f(chunk) for consecutive slices of at most batch_size examples, in order, with `model` in evaluation
+// mode and nothing recorded on the tape (its training mode restored after): the batches of an evaluation.
 template <class F>
-void for_each_chunk(const std::vector<data::Example>& examples, int64_t batch_size, F f) {
+void evaluate_chunks(models::Seq2Seq& model, const std::vector<data::Example>& examples, int64_t batch_size, F f) {
+  const bool was_training = model.training();
+  model.eval();
+  NoGrad no_grad;
   for (size_t start = 0; start < examples.size(); start += size_t(batch_size))
     f(std::vector<data::Example>(examples.begin() + long(start),
                                  examples.begin() + long(std::min(examples.size(), start + size_t(batch_size)))));
+  model.train(was_training);
 }
 }  // namespace
 
@@ -387,13 +392,10 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
   EvalResult r;
   r.examples = int64_t(examples.size());
   if (examples.empty()) return r;
-  const bool was_training = model.training();
-  model.eval();
-  NoGrad no_grad;
   int64_t tokens = 0, correct = 0, exact = 0;
   double loss_sum = 0;
   int64_t loss_tokens = 0;
-  for_each_chunk(examples, batch_size, [&](const std::vector<data::Example>& chunk) {
+  evaluate_chunks(model, examples, batch_size, [&](const std::vector<data::Example>& chunk) {
     const data::Batch batch = data::make_batch(chunk);
     const int64_t n_tok = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n_tok);
@@ -415,7 +417,6 @@ EvalResult evaluate(models::Seq2Seq& model, const data::Vocab& vocab, const data
   r.loss = loss_tokens ? loss_sum / double(loss_tokens) : 0;
   r.token_accuracy = tokens ? double(correct) / double(tokens) : 1.0;
   r.exact_match = double(exact) / double(examples.size());
-  model.train(was_training);
   return r;
 }
 
@@ -424,12 +425,9 @@ EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const
   EvalResult r;
   r.examples = int64_t(blocks.size());
   if (blocks.empty()) return r;
-  const bool was_training = model.training();
-  model.eval();
-  NoGrad no_grad;
   double loss_sum = 0;
   int64_t tokens = 0, chars = 0;
-  for_each_chunk(blocks, batch_size, [&](const std::vector<data::Example>& chunk) {
+  evaluate_chunks(model, blocks, batch_size, [&](const std::vector<data::Example>& chunk) {
     const data::Batch batch = data::make_block_batch(chunk);
     const int64_t n = batch.target_tokens();
     loss_sum += model.loss(batch).item() * double(n);
@@ -445,7 +443,6 @@ EvalResult evaluate_text(models::Seq2Seq& model, const data::Vocab& vocab, const
   r.bits_per_char = characters_per_token > 0
                         ? r.loss / (characters_per_token * std::log(2.0))
                         : loss_sum / (double(std::max<int64_t>(chars, 1)) * std::log(2.0));
-  model.train(was_training);
   return r;
 }
 
