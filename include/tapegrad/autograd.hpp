@@ -103,6 +103,19 @@ class NoGrad {
   bool previous_;
 };
 
+/// Switches recording back on for this scope, e.g. inside a backward closure that records a
+/// computation of its own (checkpoint's recomputation).
+class EnableGrad {
+ public:
+  EnableGrad();
+  ~EnableGrad();
+  EnableGrad(const EnableGrad&) = delete;
+  EnableGrad& operator=(const EnableGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// False inside a NoGrad scope (on this thread).
 bool grad_enabled();
 
@@ -136,7 +149,8 @@ class ObserveScope {
 /// A non-scalar output needs `grad_output` of the same shape (for a scalar it defaults to 1). Unless
 /// `retain_graph`, the tape is cleared afterwards.
 /// @throws AutogradError when `output` does not require grad, its tape was already cleared, the seed's
-/// shape differs, or backward is called from inside a backward closure.
+/// shape differs, or backward is called from inside a backward closure on the tape being walked (a closure
+/// may walk a tape of its own, as checkpoint does).
 void backward(const Tensor& output, const Tensor& grad_output = {}, bool retain_graph = false);
 
 // ---- for op implementers (src/ops) -----------------------------------------------------------

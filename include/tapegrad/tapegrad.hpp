@@ -9,6 +9,7 @@
 #pragma once
 
 #include "tapegrad/autograd.hpp"
+#include "tapegrad/functional.hpp"
 #include "tapegrad/checked.hpp"
 #include "tapegrad/error.hpp"
 #include "tapegrad/instruments.hpp"

@@ -24,6 +24,7 @@ thread_local bool t_grad_enabled = true;
 thread_local std::vector<TapeObserver*> t_observers;
 thread_local std::vector<std::function<void()>> t_backward_end;  // at_backward_end's queue
 thread_local bool t_in_backward = false;
+thread_local const Tape* t_walking = nullptr;  // the tape the running reverse walk visits
 }  // namespace
 
 void at_backward_end(std::function<void()> fn) {
@@ -66,6 +67,9 @@ TapeScope::~TapeScope() { t_current_tape = previous_; }
 
 NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+EnableGrad::EnableGrad() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGrad::~EnableGrad() { t_grad_enabled = previous_; }
 
 bool grad_enabled() { return t_grad_enabled; }
 
@@ -185,13 +189,18 @@ void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph
   }
 
   NoGrad no_grad;
-  if (t_in_backward) throw AutogradError("backward: called from inside another backward pass");
+  // A closure may walk another tape (checkpoint recomputes onto its own), never the one being walked.
+  if (t_in_backward && t_walking == &tape) throw AutogradError("backward: called from inside another backward pass");
   accumulate_grad(output, grad_output.defined() ? grad_output.clone() : Tensor::ones(output.shape(), output.dtype()));
-  // The queue of at_backward_end: emptied on the way out, even when a closure throws.
+  // The queue of at_backward_end: emptied on the way out, even when a closure throws; an enclosing
+  // walk's state is put back.
   struct Walk {
-    Walk() { t_in_backward = true; }
-    ~Walk() { t_in_backward = false, t_backward_end.clear(); }
-  } walk;
+    bool outer_in_backward = t_in_backward;
+    const Tape* outer_tape = t_walking;
+    std::vector<std::function<void()>> outer_queue = std::move(t_backward_end);
+    explicit Walk(const Tape& t) { t_in_backward = true, t_walking = &t, t_backward_end.clear(); }
+    ~Walk() { t_in_backward = outer_in_backward, t_walking = outer_tape, t_backward_end = std::move(outer_queue); }
+  } walk(tape);
   auto& entries = tape.entries();
   for (size_t i = entries.size(); i-- > 0;) {
     TapeEntry& e = entries[i];
