@@ -23,12 +23,11 @@ thread_local Tape* t_current_tape = &t_default_tape;
 thread_local bool t_grad_enabled = true;
 thread_local std::vector<TapeObserver*> t_observers;
 thread_local std::vector<std::function<void()>> t_backward_end;  // at_backward_end's queue
-thread_local bool t_in_backward = false;
-thread_local const Tape* t_walking = nullptr;  // the tape the running reverse walk visits
+thread_local const Tape* t_walking = nullptr;  // the tape the running reverse walk visits (null outside one)
 }  // namespace
 
 void at_backward_end(std::function<void()> fn) {
-  if (!t_in_backward) throw AutogradError("at_backward_end: called outside a backward pass");
+  if (!t_walking) throw AutogradError("at_backward_end: called outside a backward pass");
   t_backward_end.push_back(std::move(fn));
 }
 
@@ -190,16 +189,15 @@ void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph
 
   NoGrad no_grad;
   // A closure may walk another tape (checkpoint recomputes onto its own), never the one being walked.
-  if (t_in_backward && t_walking == &tape) throw AutogradError("backward: called from inside another backward pass");
+  if (t_walking == &tape) throw AutogradError("backward: called from inside another backward pass");
   accumulate_grad(output, grad_output.defined() ? grad_output.clone() : Tensor::ones(output.shape(), output.dtype()));
   // The queue of at_backward_end: emptied on the way out, even when a closure throws; an enclosing
   // walk's state is put back.
   struct Walk {
-    bool outer_in_backward = t_in_backward;
     const Tape* outer_tape = t_walking;
     std::vector<std::function<void()>> outer_queue = std::move(t_backward_end);
-    explicit Walk(const Tape& t) { t_in_backward = true, t_walking = &t, t_backward_end.clear(); }
-    ~Walk() { t_in_backward = outer_in_backward, t_walking = outer_tape, t_backward_end = std::move(outer_queue); }
+    explicit Walk(const Tape& t) { t_walking = &t, t_backward_end.clear(); }
+    ~Walk() { t_walking = outer_tape, t_backward_end = std::move(outer_queue); }
   } walk(tape);
   auto& entries = tape.entries();
   for (size_t i = entries.size(); i-- > 0;) {
