@@ -9,6 +9,12 @@
 
 namespace tapegrad::kernels {
 
+// The constants of gelu, shared by its kernels and by the ops that differentiate it again.
+inline constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
+inline constexpr double kGeluCubic = 0.044715;              // the tanh form's cubic coefficient
+inline constexpr double kInvSqrt2 = 0.7071067811865476;     // 1/sqrt(2)
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2 pi)
+
 enum class Unary { neg, exp, log, sqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf, softplus };
 enum class Binary { add, sub, mul, div, pow };
 

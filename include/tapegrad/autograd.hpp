@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ enum class OpKind : uint8_t {
 #define TAPEGRAD_OP(name) name,
 #include "tapegrad/op_list.hpp"
 #undef TAPEGRAD_OP
-/// @endcond
+  /// @endcond
   count_  ///< not an op: the number of kinds
 };
 /// Number of op kinds (the size of tables indexed by OpKind).
@@ -153,6 +154,44 @@ class ObserveScope {
 /// may walk a tape of its own, as checkpoint does).
 void backward(const Tensor& output, const Tensor& grad_output = {}, bool retain_graph = false);
 
+/// How a reverse walk runs (backward's and grad's options).
+struct BackwardOptions {
+  /// Keep the tape after the walk (default: only when create_graph, as a graph built on it needs it).
+  std::optional<bool> retain_graph = {};
+  /// Record the backward itself: every gradient is computed with recorded ops, so it is a tensor on the
+  /// tape that can be differentiated again (a Hessian-vector product, a gradient penalty, a meta-gradient),
+  /// to any order. Each op kind's closure then takes its differentiable path (op_checks.hpp lists how each
+  /// kind does it); an op without one refuses with an AutogradError naming it, never a silent zero.
+  bool create_graph = false;
+};
+
+/// backward with options: with create_graph the leaves' .grad are on the tape (and the tape is kept).
+void backward(const Tensor& output, const Tensor& grad_output, const BackwardOptions& options);
+
+/// What grad() returns for an input no output depends on.
+enum class Unused {
+  error,      ///< throw AutogradError naming the input (PyTorch's default)
+  undefined,  ///< an undefined Tensor
+  zeros,      ///< zeros of the input's shape
+};
+
+/// Options of grad(), written flat so `{.create_graph = true}` works (fields in this order).
+struct GradOptions {
+  /// d(output) seeds, one per output in its shape; may stay empty when every output is a scalar (1).
+  std::vector<Tensor> grad_outputs = {};
+  std::optional<bool> retain_graph = {};  ///< as BackwardOptions::retain_graph
+  bool create_graph = false;              ///< as BackwardOptions::create_graph
+  Unused unused = Unused::error;          ///< an input the outputs do not depend on
+};
+
+/// d(sum_i <outputs[i], grad_outputs[i]>) / d(inputs[j]) for every j, returned rather than added into
+/// .grad: no tensor's .grad changes (the leaves' and inputs' gradients are put back as they were).
+/// `inputs` may be leaves or intermediate results. With create_graph the results are on the tape (see
+/// BackwardOptions), e.g. `grad({loss}, {x}, {.create_graph = true})`.
+/// @throws AutogradError as backward does, and for an unused input under Unused::error.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const GradOptions& options = {});
+
 // ---- for op implementers (src/ops) -----------------------------------------------------------
 
 /// True when recording is on and some defined input requires grad.
@@ -164,6 +203,17 @@ bool should_record(const std::vector<Tensor>& inputs);
 /// if an input was produced on a tape that has since been cleared.
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
             std::function<void(const Tensor&)> backward);
+/// True while a closure runs in a create_graph walk: it must compute its gradients with recorded ops
+/// (tapegrad/ops.hpp) and add them with accumulate_grad, because grad_buffer and grad_buffer_zeroed
+/// refuse then (a kernel's result written into a buffer cannot be differentiated again).
+bool creating_graph();
+/// Inside a closure in a create_graph walk: sends `grad_output` back through `composite`, a function
+/// that computes the op's output again with recorded ops, and walks those entries, so the inputs'
+/// gradients come out on the tape, derived by the tape from the composite rather than written by
+/// hand. For fused ops whose backward is a kernel (softmax, layer_norm, attention...): their first-
+/// order path keeps the kernel; only their double backward pays for the recomputation.
+/// @throws AutogradError when the composite's result differs in shape from grad_output.
+void backward_through(const std::function<Tensor()>& composite, const Tensor& grad_output);
 /// Runs `fn` once the reverse pass that is running now has walked every entry (before the tape is
 /// cleared), in the order registered. For work a closure hands on to later ones, e.g. a weight
 /// gradient summed over many uses that must be written even if some use's entry is off the path
@@ -200,6 +250,11 @@ void record_custom(std::string name, std::vector<Tensor> inputs, const Tensor& o
 /// not first write that t's gradient with a kernel (passing g to accumulate_grad again is fine).
 /// @{
 
+/// Under create_graph (creating_graph()), accumulate_grad records t.grad = t.grad + g (never in place)
+/// and a first gradient is g itself, so gradients keep their history; grad_buffer and
+/// grad_buffer_zeroed throw. A gradient with history found in .grad by a later first-order walk is
+/// replaced by a detached copy before anything is written into it.
+///
 /// t.grad += g. g holds t's elements in row-major order: it has t's shape or, for the gradient of a
 /// reshape, any shape with t's element count. Adopts g's storage under the sole-owner rule, else copies
 /// (first gradient) or adds (later ones). Throws AutogradError when the element counts differ.
@@ -246,5 +301,15 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {},
                           const std::string& label = "");
+
+/// The second-order check: the analytic gradient of the gradient against finite differences of the
+/// analytic gradient. With g(x, w) = d<fn(x), w>/dx computed by a create_graph walk (w fixed random
+/// weights that are themselves a variable, so the backward's dependence on d(output) is checked too),
+/// it compares d<g, v>/d(x, w) (v fixed random) with central differences of <g, v>, each <g, v> from a
+/// first-order walk at the perturbed point. Inputs as gradcheck; w is reported as input inputs.size().
+/// An op without a double backward makes it throw (the create_graph walk refuses).
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {},
+                              const std::string& label = "");
 
 }  // namespace tapegrad

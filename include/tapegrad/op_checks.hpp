@@ -44,7 +44,8 @@ struct OpCheck {
 /// Every row, built once (src/ops/op_checks.cpp).
 const std::vector<OpCheck>& op_checks();
 
-/// Builds the inputs of `check` (float64, seeded by its row) and runs gradcheck on them.
-GradcheckResult run_op_check(const OpCheck& check);
+/// Builds the inputs of `check` (float64, seeded by its row) and runs gradcheck on them (order 1) or
+/// gradgradcheck (order 2: the gradient of the gradient, through a create_graph walk).
+GradcheckResult run_op_check(const OpCheck& check, int order = 1);
 
 }  // namespace tapegrad

@@ -61,6 +61,9 @@ TAPEGRAD_OP(where)
 TAPEGRAD_OP(gru_cell)
 TAPEGRAD_OP(additive_score)
 TAPEGRAD_OP(scaled_dot_product_attention)
+// Recorded only by a create_graph backward (src/ops/elementwise.cpp): dx = dy * f'(x) for a unary f,
+// an op of its own so that the gradient of a gradient has a backward (with f'').
+TAPEGRAD_OP(unary_backward)
 // A function defined outside the library, recorded by record_custom (named on its entry).
 TAPEGRAD_OP(custom)
 

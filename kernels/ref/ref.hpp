@@ -38,11 +38,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
 // ----------------------------------------------------------------------------------------------
 // Elementwise
 
-inline constexpr double kSqrt2OverPi = 0.7978845608028654;
-inline constexpr double kGeluCubic = 0.044715;
-inline constexpr double kInvSqrt2 = 0.7071067811865476;
-inline constexpr double kInvSqrt2Pi = 0.3989422804014327;
-
 template <class T>
 T unary_one(Unary op, T x) {
   switch (op) {

@@ -19,11 +19,6 @@ TG_SIMD_SILENCE_GCC_PR105593_BEGIN
 namespace tapegrad::kernels::simd {
 namespace {
 
-inline constexpr double kSqrt2OverPiD = 0.7978845608028654;
-inline constexpr double kGeluCubicD = 0.044715;
-inline constexpr double kInvSqrt2D = 0.7071067811865476;
-inline constexpr double kInvSqrt2PiD = 0.3989422804014327;
-
 // gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x s, s = sigmoid(2u), u = sqrt(2/pi) (x + c x^3), built
 // from the one exp that can neither overflow nor need the full-range reduction: e = exp(-2|u|) in
 // [0, 1] (exp_nonpositive). For u >= 0, s = 1 / (1 + e) and 1 - s = e / (1 + e); for u < 0 the two
@@ -40,9 +35,9 @@ struct GeluSigmoid {
 };
 
 // 2u = x (a + b x^2), a = 2 sqrt(2/pi), b = a c; its derivative a + 3b x^2.
-inline constexpr float kGeluA = float(2 * kSqrt2OverPiD);
-inline constexpr float kGeluB = float(2 * kSqrt2OverPiD * kGeluCubicD);
-inline constexpr float kGelu3B = float(6 * kSqrt2OverPiD * kGeluCubicD);
+inline constexpr float kGeluA = float(2 * kSqrt2OverPi);
+inline constexpr float kGeluB = float(2 * kSqrt2OverPi * kGeluCubic);
+inline constexpr float kGelu3B = float(6 * kSqrt2OverPi * kGeluCubic);
 
 template <class Arch>
 TG_INLINE GeluSigmoid<Arch> gelu_sigmoid(const Batch<Arch>& x, const Batch<Arch>& x2) {
@@ -149,7 +144,7 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
         map([](B v) { return gelu_tanh_forward<Arch>(v); });
         break;
       case Unary::gelu_erf:
-        map([](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2D)))); });
+        map([](B v) { return B(0.5f) * v * (B(1.0f) + xsimd::erf(v * B(float(kInvSqrt2)))); });
         break;
       case Unary::softplus:
         // max(x, 0) + log1p(e^-|x|), as the reference: e^-|x| <= 1 never overflows.
@@ -217,8 +212,8 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
       case Unary::gelu_erf:
         // d/dx x Phi(x) = Phi(x) + x phi(x)
         run([](B u, B) {
-          const B phi = B(float(kInvSqrt2PiD)) * exp_full<Arch>(B(-0.5f) * u * u);
-          return B(0.5f) * (B(1.0f) + xsimd::erf(u * B(float(kInvSqrt2D)))) + u * phi;
+          const B phi = B(float(kInvSqrt2Pi)) * exp_full<Arch>(B(-0.5f) * u * u);
+          return B(0.5f) * (B(1.0f) + xsimd::erf(u * B(float(kInvSqrt2)))) + u * phi;
         });
         break;
       case Unary::softplus:

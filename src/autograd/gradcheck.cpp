@@ -22,58 +22,55 @@ double weighted_sum(const Tensor& out, const std::vector<double>& w) {
 
 }  // namespace
 
-GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-                          const std::vector<Tensor>& inputs, const GradcheckOptions& opts, const std::string& label) {
-  GradcheckResult res;
-  const std::string who = label.empty() ? std::string("gradcheck") : label;
+namespace {
+
+// The inputs gradcheck differentiates: those that require grad, each a contiguous float64 leaf.
+std::vector<size_t> checked_inputs(const std::vector<Tensor>& inputs, const std::string& who) {
   std::vector<size_t> checked;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined() || !t.requires_grad()) continue;
     if (t.dtype() != DType::f64 || !t.is_contiguous() || !t.is_leaf())
-      throw Error(who + ": input " + std::to_string(i) + " must be a contiguous float64 leaf, got " + t.describe());
+      throw Error(who + ": input " + std::to_string(i) + " must be a contiguous float64 leaf, got " +
+                  t.describe());
     checked.push_back(i);
   }
   if (checked.empty()) throw Error(who + ": no input requires grad");
+  return checked;
+}
 
-  // Analytic pass, on a private tape so the caller's tape is untouched.
-  Tape tape;
-  TapeScope scope(tape);
-  for (size_t i : checked) inputs[i].impl()->grad = Tensor();
-  const Tensor out = fn(inputs);
-  if (!out.defined() || out.dtype() != DType::f64) throw Error(who + ": function must return a float64 tensor");
-  Generator gen(opts.seed);
-  const Tensor w = Tensor::randn(out.shape(), gen, DType::f64);
-  const std::vector<double> wv = w.to_vector();
+std::vector<OpKind> distinct_ops(const Tape& tape) {
   std::set<OpKind> seen;
   for (const TapeEntry& e : tape.entries()) seen.insert(e.op);
-  res.ops_seen.assign(seen.begin(), seen.end());
-  if (!out.requires_grad()) throw Error(who + ": output does not depend on any input that requires grad");
-  backward(out, w);
+  return {seen.begin(), seen.end()};
+}
 
-  // Numeric pass.
-  NoGrad no_grad;
+// The numeric half of both checks: for every element k of every variable vars[j], the central
+// difference of scalar() against analytic[j][k], scored into `res` (variable j reported as labels[j]).
+void compare_with_differences(const std::vector<Tensor>& vars, const std::vector<int>& labels,
+                              const std::vector<std::vector<double>>& analytic,
+                              const std::function<double()>& scalar, const GradcheckOptions& opts,
+                              const std::string& who, GradcheckResult& res) {
   bool any_nonzero = false;
   res.ok = true;
   double worst_excess = -1;
-  for (size_t i : checked) {
-    const Tensor& x = inputs[i];
-    const Tensor g = x.grad();
-    const std::vector<double> analytic = g.defined() ? g.to_vector() : std::vector<double>(size_t(x.numel()), 0.0);
+  for (size_t j = 0; j < vars.size(); ++j) {
+    const Tensor& x = vars[j];
     double* p = x.data<double>();
     for (int64_t k = 0; k < x.numel(); ++k) {
       const double v = p[k];
       p[k] = v + opts.eps;
-      const double lp = weighted_sum(fn(inputs), wv);
+      const double lp = scalar();
       p[k] = v - opts.eps;
-      const double lm = weighted_sum(fn(inputs), wv);
+      const double lm = scalar();
       p[k] = v;
       const double numeric = (lp - lm) / (2 * opts.eps);
-      const double a = analytic[size_t(k)];
+      const double a = analytic[j][size_t(k)];
       if (!std::isfinite(a) || !std::isfinite(numeric)) {
         res.ok = false;
-        res.message = who + ": non-finite gradient at input " + std::to_string(i) + " index " + std::to_string(k);
-        return res;
+        res.message = who + ": non-finite gradient at input " + std::to_string(labels[j]) + " index " +
+                      std::to_string(k);
+        return;
       }
       if (a != 0 || numeric != 0) any_nonzero = true;
       const double abs_err = std::abs(a - numeric);
@@ -84,7 +81,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       const double excess = abs_err - (opts.atol + opts.rtol * std::abs(numeric));
       if (excess > worst_excess) {
         worst_excess = excess;
-        res.worst_input = int(i);
+        res.worst_input = labels[j];
         res.worst_index = k;
         res.analytic = a;
         res.numeric = numeric;
@@ -101,6 +98,105 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     res.ok = false;
     res.message = who + ": vacuous check: analytic and numeric gradients are all zero";
   }
+}
+
+std::vector<double> values_or_zeros(const Tensor& g, int64_t n) {
+  return g.defined() ? g.to_vector() : std::vector<double>(size_t(n), 0.0);
+}
+
+}  // namespace
+
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& opts,
+                          const std::string& label) {
+  GradcheckResult res;
+  const std::string who = label.empty() ? std::string("gradcheck") : label;
+  const std::vector<size_t> checked = checked_inputs(inputs, who);
+
+  // Analytic pass, on a private tape so the caller's tape is untouched.
+  Tape tape;
+  TapeScope scope(tape);
+  for (size_t i : checked) inputs[i].impl()->grad = Tensor();
+  const Tensor out = fn(inputs);
+  if (!out.defined() || out.dtype() != DType::f64)
+    throw Error(who + ": function must return a float64 tensor");
+  Generator gen(opts.seed);
+  const Tensor w = Tensor::randn(out.shape(), gen, DType::f64);
+  const std::vector<double> wv = w.to_vector();
+  res.ops_seen = distinct_ops(tape);
+  if (!out.requires_grad()) throw Error(who + ": output does not depend on any input that requires grad");
+  backward(out, w);
+
+  // Numeric pass.
+  NoGrad no_grad;
+  std::vector<Tensor> vars;
+  std::vector<int> labels;
+  std::vector<std::vector<double>> analytic;
+  for (size_t i : checked) {
+    vars.push_back(inputs[i]);
+    labels.push_back(int(i));
+    analytic.push_back(values_or_zeros(inputs[i].grad(), inputs[i].numel()));
+  }
+  compare_with_differences(
+      vars, labels, analytic, [&] { return weighted_sum(fn(inputs), wv); }, opts, who, res);
+  return res;
+}
+
+GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                              const std::vector<Tensor>& inputs, const GradcheckOptions& opts,
+                              const std::string& label) {
+  GradcheckResult res;
+  const std::string who = label.empty() ? std::string("gradgradcheck") : label;
+  const std::vector<size_t> checked = checked_inputs(inputs, who);
+  std::vector<Tensor> xs;
+  for (size_t i : checked) xs.push_back(inputs[i]);
+
+  // g(x, w) = d<fn(x), w>/dx, on a private tape; with create_graph it is differentiable in x and w.
+  Tape tape;
+  TapeScope scope(tape);
+  EnableGrad enable;
+  const Tensor out = fn(inputs);
+  if (!out.defined() || out.dtype() != DType::f64)
+    throw Error(who + ": function must return a float64 tensor");
+  if (!out.requires_grad()) throw Error(who + ": output does not depend on any input that requires grad");
+  Generator gen(opts.seed);
+  const Tensor w = Tensor::randn(out.shape(), gen, DType::f64).requires_grad_();
+  const std::vector<Tensor> g =
+      grad({out}, xs, {.grad_outputs = {w}, .create_graph = true, .unused = Unused::zeros});
+  res.ops_seen = distinct_ops(tape);
+  std::vector<Tensor> v, g_on_tape, v_on_tape;
+  for (const Tensor& gi : g) {
+    v.push_back(Tensor::randn(gi.shape(), gen, DType::f64));
+    if (gi.requires_grad()) g_on_tape.push_back(gi), v_on_tape.push_back(v.back());
+  }
+  std::vector<Tensor> vars = xs;
+  vars.push_back(w);
+  std::vector<int> labels;
+  for (size_t i : checked) labels.push_back(int(i));
+  labels.push_back(int(inputs.size()));  // w reported as the input after the last
+  // Analytic: d<g, v>/d(x, w) by a first-order walk over the recorded backward (zero where g is constant).
+  std::vector<std::vector<double>> analytic;
+  std::vector<Tensor> a;
+  if (!g_on_tape.empty()) a = grad(g_on_tape, vars, {.grad_outputs = v_on_tape, .unused = Unused::zeros});
+  for (size_t j = 0; j < vars.size(); ++j)
+    analytic.push_back(a.empty() ? std::vector<double>(size_t(vars[j].numel()), 0.0) : a[j].to_vector());
+
+  // Numeric: <g, v> from first-order gradients at perturbed x and w.
+  const std::vector<std::vector<double>> vv = [&] {
+    std::vector<std::vector<double>> r;
+    for (const Tensor& t : v) r.push_back(t.to_vector());
+    return r;
+  }();
+  auto inner = [&] {
+    Tape t;
+    TapeScope s(t);
+    const std::vector<Tensor> gp =
+        grad({fn(inputs)}, xs, {.grad_outputs = {w.detach()}, .unused = Unused::zeros});
+    double acc = 0;
+    for (size_t i = 0; i < gp.size(); ++i) acc += weighted_sum(gp[i], vv[i]);
+    return acc;
+  };
+  compare_with_differences(vars, labels, analytic, inner, opts, who, res);
   return res;
 }
 

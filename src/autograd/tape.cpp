@@ -1,6 +1,8 @@
 // The tape, recording, gradient accumulation and the reverse walk (see autograd.hpp).
 #include <array>
+#include <optional>
 #include <sstream>
+#include <unordered_set>
 #include <vector>
 
 #include "kernels/kernels.hpp"
@@ -24,17 +26,29 @@ thread_local bool t_grad_enabled = true;
 thread_local std::vector<TapeObserver*> t_observers;
 thread_local std::vector<std::function<void()>> t_backward_end;  // at_backward_end's queue
 thread_local const Tape* t_walking = nullptr;  // the tape the running reverse walk visits (null outside one)
+thread_local bool t_create_graph = false;      // the running walk records the backward (create_graph)
+thread_local const char* t_running = "";       // the entry whose closure is running, for error messages
 }  // namespace
+
+bool creating_graph() {
+  return t_create_graph;
+}
 
 void at_backward_end(std::function<void()> fn) {
   if (!t_walking) throw AutogradError("at_backward_end: called outside a backward pass");
   t_backward_end.push_back(std::move(fn));
 }
 
-ObserveScope::ObserveScope(TapeObserver& observer) { t_observers.push_back(&observer); }
-ObserveScope::~ObserveScope() { t_observers.pop_back(); }
+ObserveScope::ObserveScope(TapeObserver& observer) {
+  t_observers.push_back(&observer);
+}
+ObserveScope::~ObserveScope() {
+  t_observers.pop_back();
+}
 
-const char* op_name(OpKind op) { return kOpNames[size_t(op)]; }
+const char* op_name(OpKind op) {
+  return kOpNames[size_t(op)];
+}
 const char* entry_name(const TapeEntry& entry) {
   return entry.name.empty() ? op_name(entry.op) : entry.name.c_str();
 }
@@ -59,18 +73,34 @@ std::string Tape::dump() const {
   return os.str();
 }
 
-Tape& current_tape() { return *t_current_tape; }
+Tape& current_tape() {
+  return *t_current_tape;
+}
 
-TapeScope::TapeScope(Tape& tape) : previous_(t_current_tape) { t_current_tape = &tape; }
-TapeScope::~TapeScope() { t_current_tape = previous_; }
+TapeScope::TapeScope(Tape& tape) : previous_(t_current_tape) {
+  t_current_tape = &tape;
+}
+TapeScope::~TapeScope() {
+  t_current_tape = previous_;
+}
 
-NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+NoGrad::NoGrad() : previous_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGrad::~NoGrad() {
+  t_grad_enabled = previous_;
+}
 
-EnableGrad::EnableGrad() : previous_(t_grad_enabled) { t_grad_enabled = true; }
-EnableGrad::~EnableGrad() { t_grad_enabled = previous_; }
+EnableGrad::EnableGrad() : previous_(t_grad_enabled) {
+  t_grad_enabled = true;
+}
+EnableGrad::~EnableGrad() {
+  t_grad_enabled = previous_;
+}
 
-bool grad_enabled() { return t_grad_enabled; }
+bool grad_enabled() {
+  return t_grad_enabled;
+}
 
 bool should_record(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
@@ -91,7 +121,8 @@ namespace {
 void push_entry(TapeEntry entry) {
   Tape& tape = current_tape();
   for (const Tensor& in : entry.inputs) {
-    if (in.defined() && in.requires_grad() && !in.is_leaf() && in.impl()->tape_generation != tape.generation())
+    if (in.defined() && in.requires_grad() && !in.is_leaf() &&
+        in.impl()->tape_generation != tape.generation())
       throw AutogradError(std::string(entry_name(entry)) + ": input " + in.describe() +
                           " was produced on a tape that has since been freed (by backward); recompute it, or "
                           "pass retain_graph=true to the earlier backward");
@@ -104,7 +135,8 @@ void push_entry(TapeEntry entry) {
 }
 }  // namespace
 
-void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output, std::function<void(const Tensor&)> backward) {
+void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
+            std::function<void(const Tensor&)> backward) {
   push_entry(TapeEntry{op, std::move(inputs), output, std::move(backward), {}});
 }
 
@@ -129,10 +161,53 @@ bool may_adopt(const TensorImpl& t, const Tensor& g) {
 }
 }  // namespace
 
+namespace {
+// A gradient with history left in .grad by a create_graph walk may share its storage with tensors on the
+// tape: before a first-order walk writes into it in place, it becomes a copy of its own.
+void own_grad(TensorImpl& ti) {
+  if (ti.grad.defined() && ti.grad.requires_grad()) ti.grad = ti.grad.detach().clone();
+}
+
+// a + b recorded, for adding gradients under create_graph (same shape; the inputs may be views).
+// d(a + b)/da = d(a + b)/db = 1: the backward hands dy to both, so it differentiates to any order.
+Tensor recorded_sum(const Tensor& a, const Tensor& b) {
+  const Tensor ac = a.is_contiguous() ? a : a.clone(), bc = b.is_contiguous() ? b : b.clone();
+  Tensor y = ac.clone();
+  detail::visit_float(y.dtype(), "backward", [&]<class T>() {
+    kernels::affine<T>(y.numel(), bc.template data<T>(), T(1), T(0), y.template data<T>(), true);
+  });
+  if (should_record({&a, &b}))
+    record(OpKind::add, {a, b}, y, [a, b](const Tensor& dy) {
+      for (const Tensor* x : {&a, &b})
+        if (x->requires_grad()) accumulate_grad(*x, dy);
+    });
+  return y;
+}
+
+void refuse_buffer_under_create_graph() {
+  if (t_create_graph)
+    throw AutogradError(
+        std::string(t_running) +
+        ": this op has no double backward (its gradient is written by a kernel into a buffer), so "
+        "create_graph cannot differentiate through it");
+}
+}  // namespace
+
 void accumulate_grad(const Tensor& t, const Tensor& g) {
   TensorImpl& ti = *t.impl();
   if (g.numel() != ti.shape.numel())
-    throw AutogradError("backward: gradient shape " + to_string(g.shape()) + " does not match tensor " + t.describe());
+    throw AutogradError("backward: gradient shape " + to_string(g.shape()) + " does not match tensor " +
+                        t.describe());
+  if (t_create_graph && (g.requires_grad() || (ti.grad.defined() && ti.grad.requires_grad()))) {
+    // The gradient keeps its history: taken as it is, or added with a recorded op, never in place.
+    if (g.shape() != ti.shape)
+      throw AutogradError(std::string(t_running) +
+                          ": under create_graph a gradient must come in its tensor's shape: " +
+                          to_string(g.shape()) + " for " + t.describe());
+    ti.grad = ti.grad.defined() ? recorded_sum(ti.grad, g) : g;
+    return;
+  }
+  own_grad(ti);
   if (may_adopt(ti, g)) {
     // Same shape: share g's handle (the caller's copy dies with its backward); a reshape: view it.
     ti.grad =
@@ -153,7 +228,9 @@ void accumulate_grad(const Tensor& t, const Tensor& g) {
 }
 
 Tensor grad_buffer(const Tensor& t, bool* fresh) {
+  refuse_buffer_under_create_graph();
   TensorImpl& ti = *t.impl();
+  own_grad(ti);
   *fresh = !ti.grad.defined();
   if (*fresh) ti.grad = Tensor::empty(ti.shape, ti.dtype);
   return ti.grad;
@@ -163,59 +240,185 @@ Tensor grad_buffer_zeroed(const Tensor& t) {
   bool fresh = false;
   Tensor g = grad_buffer(t, &fresh);
   if (fresh)
-    detail::visit_float(t.dtype(), "backward", [&]<class T>() {
-      kernels::fill<T>(g.numel(), T(0), g.template data<T>());
-    });
+    detail::visit_float(t.dtype(), "backward",
+                        [&]<class T>() { kernels::fill<T>(g.numel(), T(0), g.template data<T>()); });
   return g;
 }
 
 // ---- the reverse walk ------------------------------------------------------------------------------
 
-void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
-  if (!output.defined()) throw AutogradError("backward: output is undefined");
-  if (!output.requires_grad())
-    throw AutogradError("backward: output " + output.describe() + " does not require grad (no input of its ops did)");
-  Tape& tape = current_tape();
-  if (!output.is_leaf() && output.impl()->tape_generation != tape.generation())
-    throw AutogradError("backward: the tape holding the history of " + output.describe() +
-                        " was already freed by an earlier backward; pass retain_graph=true to that call to go twice");
-  if (grad_output.defined()) {
-    if (grad_output.shape() != output.shape() || grad_output.dtype() != output.dtype())
-      throw AutogradError("backward: grad_output " + grad_output.describe() + " does not match output " + output.describe());
-  } else if (output.numel() != 1) {
-    throw AutogradError("backward: output " + output.describe() +
-                        " is not a scalar; pass a grad_output of the same shape");
-  }
+namespace {
 
-  NoGrad no_grad;
-  // A closure may walk another tape (checkpoint recomputes onto its own), never the one being walked.
-  if (t_walking == &tape) throw AutogradError("backward: called from inside another backward pass");
-  accumulate_grad(output, grad_output.defined() ? grad_output.clone() : Tensor::ones(output.shape(), output.dtype()));
-  // The queue of at_backward_end: emptied on the way out, even when a closure throws; an enclosing
-  // walk's state is put back.
-  struct Walk {
-    const Tape* outer_tape = t_walking;
-    std::vector<std::function<void()>> outer_queue = std::move(t_backward_end);
-    explicit Walk(const Tape& t) { t_walking = &t, t_backward_end.clear(); }
-    ~Walk() { t_walking = outer_tape, t_backward_end = std::move(outer_queue); }
-  } walk(tape);
-  auto& entries = tape.entries();
-  for (size_t i = entries.size(); i-- > 0;) {
-    TapeEntry& e = entries[i];
+// Checks `output` can be walked from and that `seed` fits it; returns the seed (ones for a scalar).
+Tensor checked_seed(const Tape& tape, const Tensor& output, const Tensor& seed, const char* who) {
+  const std::string w = who;
+  if (!output.defined()) throw AutogradError(w + ": output is undefined");
+  if (!output.requires_grad())
+    throw AutogradError(w + ": output " + output.describe() +
+                        " does not require grad (no input of its ops did)");
+  if (!output.is_leaf() && output.impl()->tape_generation != tape.generation())
+    throw AutogradError(
+        w + ": the tape holding the history of " + output.describe() +
+        " was already freed by an earlier backward; pass retain_graph=true to that call to go twice");
+  if (seed.defined()) {
+    if (seed.shape() != output.shape() || seed.dtype() != output.dtype())
+      throw AutogradError(w + ": grad_output " + seed.describe() + " does not match output " +
+                          output.describe());
+    return seed;
+  }
+  if (output.numel() != 1)
+    throw AutogradError(w + ": output " + output.describe() +
+                        " is not a scalar; pass a grad_output of the same shape");
+  return Tensor::ones(output.shape(), output.dtype());
+}
+
+// Runs the closures of entries [begin, end) last to first, each whose output has a gradient. Under
+// create_graph a closure records onto this tape, which may move its entries: it runs from a copy.
+void run_entries(Tape& tape, size_t begin, size_t end) {
+  for (size_t i = end; i-- > begin;) {
+    TapeEntry& e = tape.entries()[i];
     TensorImpl& out = *e.output.impl();
     if (!out.grad.defined()) continue;  // not on a path to `output`
     const Tensor dy = out.grad;
     if (!out.retains_grad) out.grad = Tensor();  // intermediate gradients die as soon as they are used
-    if (t_observers.empty()) {
+    if (!t_create_graph && t_observers.empty()) {
       e.backward(dy);
       continue;
     }
+    const std::function<void(const Tensor&)> closure = t_create_graph ? e.backward : nullptr;
+    const char* outer_running = t_running;
+    t_running = entry_name(e);
+    if (t_create_graph && e.op == OpKind::custom)
+      throw AutogradError(
+          std::string(t_running) +
+          ": a custom op's backward is not recorded, so create_graph cannot differentiate through it");
     for (TapeObserver* o : t_observers) o->before_backward(tape, i, dy);
-    e.backward(dy);
+    closure ? closure(dy) : e.backward(dy);
     for (TapeObserver* o : t_observers) o->after_backward(tape, i);
+    t_running = outer_running;
   }
+}
+
+// The walk over the current tape: seeds each output's gradient, runs every entry, then the closures
+// queued by at_backward_end, and clears the tape unless it is retained.
+void walk(const std::vector<Tensor>& outputs, const std::vector<Tensor>& seeds,
+          const BackwardOptions& options, const char* who) {
+  Tape& tape = current_tape();
+  std::vector<Tensor> checked;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    checked.push_back(checked_seed(tape, outputs[k], k < seeds.size() ? seeds[k] : Tensor(), who));
+  // A closure may walk another tape (checkpoint recomputes onto its own), never the one being walked.
+  if (t_walking == &tape)
+    throw AutogradError(std::string(who) + ": called from inside another backward pass");
+  // Recording stays on under create_graph (the backward's ops are the new graph), off otherwise.
+  std::optional<NoGrad> no_grad;
+  std::optional<EnableGrad> enable_grad;
+  if (options.create_graph)
+    enable_grad.emplace();
+  else
+    no_grad.emplace();
+  // The walk's state, put back on the way out (an enclosing walk's, even when a closure throws);
+  // the queue of at_backward_end starts empty.
+  struct State {
+    const Tape* outer_tape = t_walking;
+    bool outer_create = t_create_graph;
+    const char* outer_running = t_running;
+    std::vector<std::function<void()>> outer_queue = std::move(t_backward_end);
+    State(const Tape& t, bool create) { t_walking = &t, t_create_graph = create, t_backward_end.clear(); }
+    ~State() {
+      t_walking = outer_tape, t_create_graph = outer_create, t_running = outer_running;
+      t_backward_end = std::move(outer_queue);
+    }
+  } state(tape, options.create_graph);
+  for (size_t k = 0; k < outputs.size(); ++k)
+    accumulate_grad(outputs[k], seeds.size() > k && seeds[k].defined() && !options.create_graph
+                                    ? seeds[k].clone()
+                                    : checked[k]);
+  run_entries(tape, 0, tape.size());
   for (size_t i = 0; i < t_backward_end.size(); ++i) t_backward_end[i]();  // may queue more
-  if (!retain_graph) tape.clear();
+  if (!options.retain_graph.value_or(options.create_graph)) tape.clear();
+}
+
+}  // namespace
+
+void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
+  walk({output}, {grad_output}, BackwardOptions{retain_graph, false}, "backward");
+}
+
+void backward(const Tensor& output, const Tensor& grad_output, const BackwardOptions& options) {
+  walk({output}, {grad_output}, options, "backward");
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const GradOptions& options) {
+  const std::vector<Tensor>& grad_outputs = options.grad_outputs;
+  if (outputs.empty()) throw AutogradError("grad: no outputs");
+  if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+    throw AutogradError("grad: " + std::to_string(grad_outputs.size()) + " grad_outputs for " +
+                        std::to_string(outputs.size()) + " outputs");
+  for (size_t j = 0; j < inputs.size(); ++j)
+    if (!inputs[j].defined() || !inputs[j].requires_grad())
+      throw AutogradError("grad: input " + std::to_string(j) + " " +
+                          (inputs[j].defined() ? inputs[j].describe() : std::string("(undefined)")) +
+                          " does not require grad");
+  // Every tensor whose .grad the walk may write: the inputs, and the leaves and outputs on the tape.
+  // Their gradients are set aside and put back afterwards, so grad() changes none of them.
+  struct Saved {
+    TensorImpl* impl;
+    Tensor grad;
+    bool retains;
+  };
+  std::vector<Saved> saved;
+  std::unordered_set<TensorImpl*> seen;
+  auto set_aside = [&](const Tensor& t) {
+    if (t.defined() && seen.insert(t.impl()).second) {
+      saved.push_back({t.impl(), t.impl()->grad, t.impl()->retains_grad});
+      t.impl()->grad = Tensor();
+    }
+  };
+  for (const Tensor& t : inputs) set_aside(t);
+  for (const TapeEntry& e : current_tape().entries()) {
+    for (const Tensor& in : e.inputs)
+      if (in.defined() && in.is_leaf() && in.requires_grad()) set_aside(in);
+    if (e.output.impl()->retains_grad) set_aside(e.output);
+  }
+  for (const Tensor& t : inputs) t.impl()->retains_grad = true;  // an intermediate keeps what reaches it
+  struct PutBack {
+    std::vector<Saved>& s;
+    ~PutBack() {
+      for (Saved& x : s) x.impl->grad = std::move(x.grad), x.impl->retains_grad = x.retains;
+    }
+  } put_back{saved};
+  walk(outputs, grad_outputs, BackwardOptions{options.retain_graph, options.create_graph}, "grad");
+  std::vector<Tensor> result;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    Tensor g = inputs[j].impl()->grad;
+    if (!g.defined()) {
+      if (options.unused == Unused::error)
+        throw AutogradError("grad: input " + std::to_string(j) + " " + inputs[j].describe() +
+                            " is not used to compute the outputs (pass unused = Unused::undefined or zeros)");
+      if (options.unused == Unused::zeros) g = Tensor::zeros(inputs[j].shape(), inputs[j].dtype());
+    } else if (!options.create_graph && g.impl()->storage.use_count() > 1) {
+      g = g.clone();  // the walk may have adopted storage a retained tensor still shares
+    }
+    result.push_back(g);
+  }
+  return result;
+}
+
+void backward_through(const std::function<Tensor()>& composite, const Tensor& grad_output) {
+  if (!t_create_graph)
+    throw AutogradError("backward_through: only inside a backward closure under create_graph");
+  Tape& tape = current_tape();
+  const size_t begin = tape.size();
+  const Tensor y = composite();
+  if (!y.defined() || y.shape() != grad_output.shape() || y.dtype() != grad_output.dtype())
+    throw AutogradError(std::string(t_running) + ": its composite returned " +
+                        (y.defined() ? y.describe() : std::string("nothing")) + " for a gradient " +
+                        grad_output.describe());
+  if (!y.requires_grad()) return;  // no input that requires grad
+  accumulate_grad(y, grad_output);
+  run_entries(tape, begin, tape.size());
 }
 
 }  // namespace tapegrad

@@ -27,6 +27,16 @@ void accumulate_summed_grad(const Tensor& t, const Tensor& g) {
   });
 }
 
+// g (in the broadcast index space) summed down to `shape`, with recorded ops: the create_graph form of
+// accumulate_summed_grad.
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  Tensor r = g;
+  const int off = g.ndim() - shape.ndim();
+  for (int d = g.ndim() - 1; d >= 0; --d)
+    if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
+  return r.shape() == shape ? r : reshape(r, shape);
+}
+
 // y = a (op) b with numpy broadcasting; shapes: a, b broadcast to y.
 Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor& b) {
   const char* name = op_name(kind);
@@ -35,13 +45,35 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
   Tensor y = Tensor::empty(out_shape, a.dtype());
   const Shape sa = broadcast_strides(a, out_shape), sb = broadcast_strides(b, out_shape);
   visit_float(a.dtype(), name, [&]<class T>() {
-    kernels::binary<T>(kop, out_shape.ndim(), out_shape.data(), a.data<T>(), sa.data(), b.data<T>(), sb.data(),
-                       y.data<T>());
+    kernels::binary<T>(kop, out_shape.ndim(), out_shape.data(), a.data<T>(), sa.data(), b.data<T>(),
+                       sb.data(), y.data<T>());
   });
   if (should_record({&a, &b})) {
-    record(kind, {a, b}, y, [a, b, kop, sa, sb](const Tensor& dy) {
+    record(kind, {a, b}, y, [a, b, y, kop, sa, sb](const Tensor& dy) {
       // add: da = dy, db = dy;  sub: db = -dy;  mul: da = dy*b, db = dy*a;  div: da = dy/b, db = -dy*a/b^2;
       // pow: da = dy * b * a^(b-1), db = dy * a^b * log(a)   (then summed over broadcast dims)
+      if (creating_graph()) {  // the same derivatives, with recorded ops
+        auto send = [&](const Tensor& x, const Tensor& g) {
+          if (x.requires_grad()) accumulate_grad(x, sum_to_shape(g, x.shape()));
+        };
+        switch (kop) {
+          case kernels::Binary::add:
+            send(a, dy), send(b, dy);
+            break;
+          case kernels::Binary::sub:
+            send(a, dy), send(b, neg(dy));
+            break;
+          case kernels::Binary::mul:
+            send(a, mul(dy, b)), send(b, mul(dy, a));
+            break;
+          case kernels::Binary::div:
+            send(a, div(dy, b)), send(b, neg(div(mul(dy, y), b)));
+            break;
+          case kernels::Binary::pow:
+            send(a, mul(dy, mul(b, pow(a, add(b, -1.0))))), send(b, mul(dy, mul(y, log(a))));
+        }
+        return;
+      }
       const Tensor* inputs[2] = {&a, &b};
       for (int which = 0; which < 2; ++which) {
         const Tensor& x = *inputs[which];
@@ -62,18 +94,20 @@ Tensor binary_op(OpKind kind, kernels::Binary kop, const Tensor& a, const Tensor
   return y;
 }
 
+Tensor unary_backward(kernels::Unary kop, const Tensor& a, const Tensor& y, const Tensor& dy);
+
 // y = f(a) elementwise.
 Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
   const char* name = op_name(kind);
   check_float(a, name);
   const Tensor x = contiguous_data(a);
   Tensor y = Tensor::empty(a.shape(), a.dtype());
-  visit_float(a.dtype(), name, [&]<class T>() {
-    kernels::unary<T>(kop, x.numel(), x.data<T>(), y.data<T>());
-  });
+  visit_float(a.dtype(), name,
+              [&]<class T>() { kernels::unary<T>(kop, x.numel(), x.data<T>(), y.data<T>()); });
   if (should_record({&a})) {
     record(kind, {a}, y, [a, x, y, kop](const Tensor& dy) {
       // da += dy * f'(x)  (the derivative table is in kernels/ref/ref.hpp: unary_derivative)
+      if (creating_graph()) return accumulate_grad(a, unary_backward(kop, a, y, dy));
       Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>());
@@ -81,6 +115,73 @@ Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
     });
   }
   return y;
+}
+
+// dx = dy * f'(x), the gradient of y = f(x) (unary_op), as an op of its own so that a gradient computed
+// under create_graph can be differentiated again. f' is the kernels' table; the backward below adds f''
+// by function, with recorded ops:
+//   d(dx)/d(dy) = f'(x): this op again;   d(dx)/dx or d(dx)/dy = dy * f'' (through y where f' is in y)
+Tensor unary_backward(kernels::Unary kop, const Tensor& a, const Tensor& y, const Tensor& dy) {
+  const Tensor x = contiguous_data(a), yc = contiguous_data(y), g = contiguous_data(dy);
+  Tensor dx = Tensor::zeros(a.shape(), a.dtype());
+  visit_float(a.dtype(), "unary_backward", [&]<class T>() {
+    kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), yc.data<T>(), g.data<T>(), dx.data<T>());
+  });
+  if (should_record({&a, &y, &dy})) {
+    record(OpKind::unary_backward, {a, y, dy}, dx, [kop, a, y, dy](const Tensor& gg) {
+      if (dy.requires_grad()) accumulate_grad(dy, unary_backward(kop, a, y, gg));
+      const Tensor h = mul(gg, dy);  // times f'' below
+      auto to_x = [&](const Tensor& t) {
+        if (a.requires_grad()) accumulate_grad(a, t);
+      };
+      auto to_y = [&](const Tensor& t) {
+        if (y.requires_grad()) accumulate_grad(y, t);
+      };
+      using U = kernels::Unary;
+      switch (kop) {
+        case U::neg:
+        case U::abs:
+        case U::relu:
+          break;  // f' is constant (piecewise)
+        case U::exp:
+          to_y(h);
+          break;  // f' = y
+        case U::log:
+          to_x(neg(div(h, mul(a, a))));
+          break;  // f' = 1/x
+        case U::sqrt:
+          to_y(mul(div(h, mul(y, y)), -0.5));
+          break;  // f' = 0.5/y
+        case U::tanh:
+          to_y(mul(mul(h, y), -2.0));
+          break;  // f' = 1 - y^2
+        case U::sigmoid:
+          to_y(mul(h, add(mul(y, -2.0), 1.0)));
+          break;             // f' = y - y^2
+        case U::softplus: {  // f' = s = sigmoid(x), f'' = s (1 - s)
+          const Tensor sg = sigmoid(a);
+          to_x(mul(h, mul(sg, add(neg(sg), 1.0))));
+          break;
+        }
+        case U::gelu_erf: {  // f' = Phi(x) + x phi(x), f'' = phi(x) (2 - x^2)
+          const Tensor x2 = mul(a, a);
+          const Tensor phi = mul(exp(mul(x2, -0.5)), kernels::kInvSqrt2Pi);
+          to_x(mul(h, mul(phi, add(neg(x2), 2.0))));
+          break;
+        }
+        case U::gelu_tanh: {  // t = tanh(u), u = c (x + k x^3): f'' = (1 - t^2) (u' + x (u''/2 - t u'^2))
+          const Tensor x2 = mul(a, a);
+          const Tensor t = tanh(mul(add(a, mul(mul(x2, a), kernels::kGeluCubic)), kernels::kSqrt2OverPi));
+          const Tensor up = mul(add(mul(x2, 3 * kernels::kGeluCubic), 1.0), kernels::kSqrt2OverPi);  // u'
+          const Tensor half_upp = mul(a, 3 * kernels::kGeluCubic * kernels::kSqrt2OverPi);           // u''/2
+          const Tensor inner = add(up, mul(a, sub(half_upp, mul(t, mul(up, up)))));
+          to_x(mul(h, mul(add(neg(mul(t, t)), 1.0), inner)));
+          break;
+        }
+      }
+    });
+  }
+  return dx;
 }
 
 // y = a * scale + shift
@@ -95,6 +196,7 @@ Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
   if (should_record({&a})) {
     record(kind, {a}, y, [a, scale](const Tensor& dy) {
       // da += scale * dy
+      if (creating_graph()) return accumulate_grad(a, scale == 1.0 ? dy : mul(dy, scale));
       Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), true);
@@ -106,25 +208,39 @@ Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpKind::add, kernels::Binary::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(OpKind::sub, kernels::Binary::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(OpKind::mul, kernels::Binary::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op(OpKind::div, kernels::Binary::div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(OpKind::pow, kernels::Binary::pow, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::add, kernels::Binary::add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::sub, kernels::Binary::sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::mul, kernels::Binary::mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::div, kernels::Binary::div, a, b);
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op(OpKind::pow, kernels::Binary::pow, a, b);
+}
 
-Tensor add(const Tensor& a, double s) { return affine_op(OpKind::add_scalar, a, 1.0, s); }
-Tensor mul(const Tensor& a, double s) { return affine_op(OpKind::mul_scalar, a, s, 0.0); }
+Tensor add(const Tensor& a, double s) {
+  return affine_op(OpKind::add_scalar, a, 1.0, s);
+}
+Tensor mul(const Tensor& a, double s) {
+  return affine_op(OpKind::mul_scalar, a, s, 0.0);
+}
 
 Tensor pow(const Tensor& a, double p) {
   check_float(a, "pow_scalar");
   const Tensor x = contiguous_data(a);
   Tensor y = Tensor::empty(a.shape(), a.dtype());
-  visit_float(a.dtype(), "pow_scalar", [&]<class T>() {
-    kernels::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>());
-  });
+  visit_float(a.dtype(), "pow_scalar",
+              [&]<class T>() { kernels::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>()); });
   if (should_record({&a})) {
     record(OpKind::pow_scalar, {a}, y, [a, x, p](const Tensor& dy) {
       // da += dy * p * x^(p-1)
+      if (creating_graph()) return accumulate_grad(a, mul(mul(dy, pow(a, p - 1)), p));
       Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), dy.data<T>(), da.data<T>());
@@ -134,14 +250,30 @@ Tensor pow(const Tensor& a, double p) {
   return y;
 }
 
-Tensor neg(const Tensor& a) { return unary_op(OpKind::neg, kernels::Unary::neg, a); }
-Tensor exp(const Tensor& a) { return unary_op(OpKind::exp, kernels::Unary::exp, a); }
-Tensor log(const Tensor& a) { return unary_op(OpKind::log, kernels::Unary::log, a); }
-Tensor sqrt(const Tensor& a) { return unary_op(OpKind::sqrt, kernels::Unary::sqrt, a); }
-Tensor abs(const Tensor& a) { return unary_op(OpKind::abs, kernels::Unary::abs, a); }
-Tensor tanh(const Tensor& a) { return unary_op(OpKind::tanh, kernels::Unary::tanh, a); }
-Tensor sigmoid(const Tensor& a) { return unary_op(OpKind::sigmoid, kernels::Unary::sigmoid, a); }
-Tensor relu(const Tensor& a) { return unary_op(OpKind::relu, kernels::Unary::relu, a); }
+Tensor neg(const Tensor& a) {
+  return unary_op(OpKind::neg, kernels::Unary::neg, a);
+}
+Tensor exp(const Tensor& a) {
+  return unary_op(OpKind::exp, kernels::Unary::exp, a);
+}
+Tensor log(const Tensor& a) {
+  return unary_op(OpKind::log, kernels::Unary::log, a);
+}
+Tensor sqrt(const Tensor& a) {
+  return unary_op(OpKind::sqrt, kernels::Unary::sqrt, a);
+}
+Tensor abs(const Tensor& a) {
+  return unary_op(OpKind::abs, kernels::Unary::abs, a);
+}
+Tensor tanh(const Tensor& a) {
+  return unary_op(OpKind::tanh, kernels::Unary::tanh, a);
+}
+Tensor sigmoid(const Tensor& a) {
+  return unary_op(OpKind::sigmoid, kernels::Unary::sigmoid, a);
+}
+Tensor relu(const Tensor& a) {
+  return unary_op(OpKind::relu, kernels::Unary::relu, a);
+}
 Tensor gelu(const Tensor& a, GeluApprox approx) {
   return approx == GeluApprox::tanh ? unary_op(OpKind::gelu_tanh, kernels::Unary::gelu_tanh, a)
                                     : unary_op(OpKind::gelu_exact, kernels::Unary::gelu_erf, a);
@@ -156,7 +288,8 @@ Tensor softplus(const Tensor& a) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_float(a, b, "where");
   detail::check_defined(cond, "where", "condition");
-  const Shape out_shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Shape out_shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   const Tensor c = cond.dtype() == a.dtype() ? cond : cond.to(a.dtype());
   const Shape sc = broadcast_strides(c, out_shape), sa = broadcast_strides(a, out_shape),
               sb = broadcast_strides(b, out_shape);
@@ -168,6 +301,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (should_record({&a, &b})) {
     record(OpKind::where, {a, b}, y, [a, b, c, sc](const Tensor& dy) {
       // da = dy where cond, else 0;  db = dy where !cond, else 0  (then summed over broadcast dims)
+      if (creating_graph()) {
+        const Tensor zero = Tensor::zeros({}, dy.dtype());
+        if (a.requires_grad()) accumulate_grad(a, sum_to_shape(where(c, dy, zero), a.shape()));
+        if (b.requires_grad()) accumulate_grad(b, sum_to_shape(where(c, zero, dy), b.shape()));
+        return;
+      }
       visit_float(dy.dtype(), "backward", [&]<class T>() {
         const T zero = 0;
         const Shape zs = Shape(std::vector<int64_t>(size_t(dy.ndim()), 0));
@@ -176,9 +315,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
           const Tensor& x = which == 0 ? a : b;
           if (!x.requires_grad()) continue;
           Tensor g = Tensor::empty(dy.shape(), dy.dtype());
-          kernels::where<T>(dy.ndim(), dy.shape().data(), c.data<T>(), sc.data(), which == 0 ? dy.data<T>() : &zero,
-                            which == 0 ? ds.data() : zs.data(), which == 0 ? &zero : dy.data<T>(),
-                            which == 0 ? zs.data() : ds.data(), g.data<T>());
+          kernels::where<T>(dy.ndim(), dy.shape().data(), c.data<T>(), sc.data(),
+                            which == 0 ? dy.data<T>() : &zero, which == 0 ? ds.data() : zs.data(),
+                            which == 0 ? &zero : dy.data<T>(), which == 0 ? zs.data() : ds.data(),
+                            g.data<T>());
           accumulate_summed_grad(x, g);
         }
       });
@@ -197,17 +337,41 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return where(mask, Tensor::full({}, value, x.dtype()), x);
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
-Tensor operator-(double s, const Tensor& a) { return add(neg(a), s); }
-Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
+Tensor operator+(const Tensor& a, double s) {
+  return add(a, s);
+}
+Tensor operator+(double s, const Tensor& a) {
+  return add(a, s);
+}
+Tensor operator-(const Tensor& a, double s) {
+  return add(a, -s);
+}
+Tensor operator-(double s, const Tensor& a) {
+  return add(neg(a), s);
+}
+Tensor operator*(const Tensor& a, double s) {
+  return mul(a, s);
+}
+Tensor operator*(double s, const Tensor& a) {
+  return mul(a, s);
+}
+Tensor operator/(const Tensor& a, double s) {
+  return mul(a, 1.0 / s);
+}
 
 }  // namespace tapegrad

@@ -178,6 +178,32 @@ std::vector<OpCheck> build() {
           {in({2, 3, 2, 4}), in({2, 5, 2, 4}), in({2, 5, 2, 4})},
           [=](Inputs x) { return sdpa(x, {0.5, {}, false, 0.3, 5}); });
 
+  // ---- what a create_graph backward records: the first derivative, itself differentiated (order 1
+  // checks the second derivative through unary_backward, order 2 the third). The seed w is an input, so the derivative
+  // with respect to d(output) is checked too.
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> unary_fns = {
+      {"neg", [](const Tensor& t) { return neg(t); }},
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      {"log", [](const Tensor& t) { return log(t); }},
+      {"sqrt", [](const Tensor& t) { return sqrt(t); }},
+      {"abs", [](const Tensor& t) { return abs(t); }},
+      {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"gelu_tanh", [](const Tensor& t) { return gelu(t, GeluApprox::tanh); }},
+      {"gelu_exact", [](const Tensor& t) { return gelu(t, GeluApprox::exact); }},
+      {"softplus", [](const Tensor& t) { return softplus(t); }},
+  };
+  for (const auto& [fname, f] : unary_fns) {
+    const Domain d = fname == "log" || fname == "sqrt" ? Domain::positive
+                     : fname == "abs" || fname == "relu" ? Domain::no_kink
+                                                         : Domain::any;
+    add_row("unary_backward", "d " + fname + "(x)/dx [3,4]", {in({3, 4}, d), in({3, 4})}, [f = f](Inputs x) {
+      EnableGrad on;  // gradcheck's numeric pass runs under NoGrad; a derivative needs the tape
+      return grad({f(x[0])}, {x[0]}, {.grad_outputs = {x[1]}, .create_graph = true})[0];
+    });
+  }
+
   // ---- compositions
   add_row("mlp2_composition", "x[4,3] W1[5,3] W2[2,5] ce", {in({4, 3}), in({5, 3}), in({5}), in({2, 5}), in({2})},
           [](Inputs x) {
@@ -209,7 +235,8 @@ const std::vector<OpCheck>& op_checks() {
   return checks;
 }
 
-GradcheckResult run_op_check(const OpCheck& check) {
+GradcheckResult run_op_check(const OpCheck& check, int order) {
+  if (order != 1 && order != 2) throw Error("run_op_check: order must be 1 or 2, got " + std::to_string(order));
   Generator gen(std::hash<std::string>{}(check.name + check.shapes) & 0xffffffff);
   std::vector<Tensor> inputs;
   for (const InputSpec& spec : check.inputs) {
@@ -236,7 +263,9 @@ GradcheckResult run_op_check(const OpCheck& check) {
     if (spec.differentiable) t.requires_grad_();
     inputs.push_back(t);
   }
-  return gradcheck(check.fn, inputs, check.options, check.name + " " + check.shapes);
+  const std::string label = check.name + " " + check.shapes;
+  return order == 1 ? gradcheck(check.fn, inputs, check.options, label)
+                    : gradgradcheck(check.fn, inputs, check.options, label);
 }
 
 }  // namespace tapegrad

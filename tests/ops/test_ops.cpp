@@ -22,6 +22,20 @@ TEST_CASE("every registered op passes its float64 gradient check", "[ops][gradch
   }
 }
 
+TEST_CASE("every registered op passes its float64 second-order check", "[ops][gradcheck][create_graph]") {
+  for (const OpCheck& check : op_checks()) {
+    CAPTURE(check.name, check.shapes);
+    GradcheckResult r;
+    try {
+      r = run_op_check(check, 2);
+    } catch (const Error& e) {
+      r.message = e.what();
+    }
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
 TEST_CASE("the registry exercises every op kind, and a row named after a kind records that kind",
           "[ops][gradcheck]") {
   std::set<OpKind> seen;

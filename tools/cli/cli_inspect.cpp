@@ -35,9 +35,14 @@ Runner add_gradcheck(CLI::App& app) {
                                  "one row per case; exit 1 if any fails");
   auto filter = std::make_shared<std::string>();
   auto verbose = std::make_shared<bool>(false);
+  auto order = std::make_shared<int>(1);
   sub->add_option("--filter", *filter, "Only cases whose name matches this regular expression");
+  sub->add_option("--order", *order,
+                  "1: gradients against finite differences; 2: gradients of gradients (create_graph) against "
+                  "finite differences of the gradient")
+      ->check(CLI::Range(1, 2));
   sub->add_flag("-v,--verbose", *verbose, "Print the worst element of every case");
-  return [filter, verbose] {
+  return [filter, verbose, order] {
     const std::regex re(filter->empty() ? ".*" : *filter);
     int failed = 0, ran = 0;
     std::printf("%-28s %-34s %12s %12s  %s\n", "op", "shapes", "max_abs_err", "max_rel_err", "result");
@@ -46,7 +51,7 @@ Runner add_gradcheck(CLI::App& app) {
       ++ran;
       GradcheckResult r;
       try {
-        r = run_op_check(check);
+        r = run_op_check(check, *order);
       } catch (const Error& e) {
         r.ok = false;
         r.message = e.what();
