@@ -30,15 +30,14 @@ namespace detail {
 // The fused kernels' o with recorded ops, the heads moved out to [B, H, T, d] by views:
 //   o = dropout(softmax(scale q k^T + mask, causal)) v
 // softmax's causal rule is the kernels' (key j masked for query i when j > i + Tk - Tq, a row with no
-// key all zeros). The dropout factors are a constant: what dropout(w, p, true, seed) multiplies the
-// contiguous [B, H, Tq, Tk] weights w by, the kernels' uniform_at(seed, ((b H + h) Tq + i) Tk + j) mask.
+// key all zeros), and the dropout op on the contiguous [B, H, Tq, Tk] weights draws the kernels' mask,
+// uniform_at(seed, ((b H + h) Tq + i) Tk + j) >= p, with the same factor 1 / (1 - p).
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const AttentionSpec& spec) {
-  Tensor w = softmax(matmul(permute(q, {0, 2, 1, 3}), permute(k, {0, 2, 3, 1})),
-                     {spec.scale, spec.mask, spec.causal});
-  if (spec.dropout > 0)
-    w = mul(w, dropout(Tensor::ones(w.shape(), w.dtype()), spec.dropout, true, spec.dropout_seed));
-  return permute(matmul(w, permute(v, {0, 2, 1, 3})), {0, 2, 1, 3});
+  const Tensor w = softmax(matmul(permute(q, {0, 2, 1, 3}), permute(k, {0, 2, 3, 1})),
+                           {spec.scale, spec.mask, spec.causal});
+  return permute(matmul(dropout(w, spec.dropout, true, spec.dropout_seed), permute(v, {0, 2, 1, 3})),
+                 {0, 2, 1, 3});
 }
 
 }  // namespace detail
