@@ -74,8 +74,7 @@ void check_equal(const Tensor& got, const Mat& want) {
 TEST_CASE("third derivative of sum((x A)^3) through matmul equals 6 ((v A) o (w A)) A^T",
           "[ops][create_graph]") {
   // f = sum_ij y_ij^3 with y = x A:  df/dx = 3 (y o y) A^T,  d<df/dx, v>/dx = 6 ((v A) o y) A^T,
-  // d<that, w>/dx = 6 ((v A) o (w A)) A^T, a constant; and d<df/dx, v>/dA = 3 v^T (y o y) + 6 x^T (y o (v
-  // A)).
+  // d<that, w>/dx = 6 ((v A) o (w A)) A^T, a constant;  and d<df/dx, v>/dA = 3 v^T (y o y) + 6 x^T (y o v A).
   const auto [x_shape, transposed_a] = GENERATE(table<Shape, bool>({
       {Shape{3, 4}, false},     // one GEMM
       {Shape{2, 3, 4}, false},  // a batch folded into the rows
