@@ -1,9 +1,10 @@
 // Higher-order derivatives through the fused softmax family and layer_norm: the Hessian of log-sum-exp
 // (through log_softmax, and through cross_entropy, whose Hessian in the logits is the same) against its
 // closed form diag(p) - p p^T, and a third derivative through layer_norm against central differences of
-// the second.
+// the second; softmax rows that see no key and -inf masks at second order.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -93,4 +94,22 @@ TEST_CASE("a third derivative through layer_norm matches central differences of 
     largest = std::max(largest, std::abs(numeric));
   }
   CHECK(largest > 0.1);  // not vacuous
+}
+
+TEST_CASE("softmax's double backward: rows that see no key are zeros, and -inf key-padding masks",
+          "[ops][create_graph]") {
+  Generator gen(5);
+  const std::vector<Tensor> x = {Tensor::randn({2, 4, 2}, gen, DType::f64).requires_grad_()};
+  const double inf = std::numeric_limits<double>::infinity();
+  // causal with Tq = 4 > Tk = 2: queries 0 and 1 see no key
+  const GradcheckResult causal =
+      gradgradcheck([](const std::vector<Tensor>& in) { return softmax(in[0], {0.7, {}, true}); }, x);
+  CAPTURE(causal.message);
+  CHECK(causal.ok);
+  // key 1 of batch 0 padded with -inf; batch 1 sees both keys
+  const Tensor pad = Tensor::from_vector({0.0, -inf, 0.0, 0.0}, {2, 1, 2}, DType::f64);
+  const GradcheckResult padded =
+      gradgradcheck([&](const std::vector<Tensor>& in) { return softmax(in[0], {1.0, pad, false}); }, x);
+  CAPTURE(padded.message);
+  CHECK(padded.ok);
 }
