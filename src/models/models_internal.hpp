@@ -16,7 +16,8 @@ Tensor padding_mask_if_any(const Tensor& ids, DType dtype);
 // layer(inputs): under checkpoint() when `checkpointed` (ModelConfig::checkpoint_layers), with `gen`,
 // the generator the layer's dropout draws from, restored for the recomputation. `layer` outlives the
 // call (backward runs it again): it captures by value.
-inline Tensor run_layer(bool checkpointed, Generator& gen, const CheckpointFn& layer, const std::vector<Tensor>& inputs) {
+inline Tensor run_layer(bool checkpointed, Generator& gen, const CheckpointFn& layer,
+                        const std::vector<Tensor>& inputs) {
   return checkpointed ? checkpoint(layer, inputs, {&gen}) : layer(inputs);
 }
 
