@@ -49,7 +49,8 @@ using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 /// How a transform runs.
 struct FunctionalOptions {
-  /// The results are on the caller's tape, differentiable with respect to the inputs (see @file).
+  /// The results are on the caller's tape, differentiable with respect to the inputs (see the top of
+  /// this header).
   bool create_graph = false;
 };
 
