@@ -9,6 +9,7 @@ using detail::broadcast_strides;
 using detail::check_float;
 using detail::check_same_float;
 using detail::contiguous_data;
+using detail::sum_to_shape;
 using detail::visit_float;
 
 namespace {
@@ -25,16 +26,6 @@ void accumulate_summed_grad(const Tensor& t, const Tensor& g) {
   visit_float(t.dtype(), "backward", [&]<class T>() {
     kernels::sum_to<T>(g.ndim(), g.shape().data(), g.template data<T>(), rs.data(), dt.template data<T>());
   });
-}
-
-// g (in the broadcast index space) summed down to `shape`, with recorded ops: the create_graph form of
-// accumulate_summed_grad.
-Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
-  Tensor r = g;
-  const int off = g.ndim() - shape.ndim();
-  for (int d = g.ndim() - 1; d >= 0; --d)
-    if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
-  return r.shape() == shape ? r : reshape(r, shape);
 }
 
 // y = a (op) b with numpy broadcasting; shapes: a, b broadcast to y.

@@ -146,16 +146,6 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc) {
   }
 }
 
-// g [batch.., M, N] summed with recorded ops over the batch dims that `shape` [.., M, N] broadcasts
-// (missing or 1), so that a gradient computed under create_graph comes in its operand's shape.
-Tensor sum_batch_to(const Tensor& g, const Shape& shape) {
-  Tensor r = g;
-  const int off = g.ndim() - shape.ndim();
-  for (int d = g.ndim() - 3; d >= 0; --d)
-    if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
-  return r.shape() == shape ? r : reshape(r, shape);
-}
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -195,9 +185,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       // dA = dY @ B^T, dB = A^T @ dY (summed over broadcast batch dims)
       if (creating_graph()) {
         if (a2.requires_grad())
-          accumulate_grad(a2, sum_batch_to(matmul(dy, transpose(b2, -2, -1)), a2.shape()));
+          accumulate_grad(a2, detail::sum_to_shape(matmul(dy, transpose(b2, -2, -1)), a2.shape()));
         if (b2.requires_grad())
-          accumulate_grad(b2, sum_batch_to(matmul(transpose(a2, -2, -1), dy), b2.shape()));
+          accumulate_grad(b2, detail::sum_to_shape(matmul(transpose(a2, -2, -1), dy), b2.shape()));
         return;
       }
       visit_float(dy.dtype(), "backward", [&]<class T>() { matmul_backward<T>(a2, b2, dy); });

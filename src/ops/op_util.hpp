@@ -55,4 +55,15 @@ inline Shape reduction_strides(const Shape& in, const Shape& out) {
   return s;
 }
 
+// g, computed in a broadcast index space, summed down to `shape` with recorded ops (sum over the
+// dimensions `shape` lacks or has as 1, then a reshape): how a create_graph backward hands a broadcast
+// operand its gradient (elementwise ops, matmul's batch dimensions).
+inline Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  Tensor r = g;
+  const int off = g.ndim() - shape.ndim();
+  for (int d = g.ndim() - 1; d >= 0; --d)
+    if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
+  return r.shape() == shape ? r : reshape(r, shape);
+}
+
 }  // namespace tapegrad::detail
