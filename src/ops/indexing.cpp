@@ -11,6 +11,7 @@ namespace {
 
 // What the embedding kernel computes, with recorded ops (its double backward goes through this):
 // onehot(ids) [n, V] @ table [V, C], reshaped to [..., C]. ids: contiguous int32, checked by embedding.
+// The one-hot holds n * V numbers: the double backward's price for using recorded ops only.
 Tensor embedding_composite(const Tensor& table, const Tensor& ids) {
   const int64_t V = table.size(0), n = ids.numel();
   const int32_t* id = ids.data<int32_t>();
