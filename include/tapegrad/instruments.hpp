@@ -43,7 +43,10 @@ struct TapeRow {
 };
 
 /// Watches one step (construct it, open an ObserveScope, run forward and backward). Storages of
-/// parameters (named leaves) are not counted as saved: they live whether or not a step runs.
+/// parameters (named leaves) are not counted as saved: they live whether or not a step runs. Its
+/// rows are those of the tape current at its construction (the step's): the tapes a closure records
+/// on for itself (checkpoint's first call and its recomputation in backward) add no rows, their
+/// time falls to the entry that opened them.
 class TapeRecorder : public TapeObserver {
  public:
   /// `resident`: tensors that live whether or not a step runs (a model's buffers, such as sin/cos
@@ -71,6 +74,7 @@ class TapeRecorder : public TapeObserver {
 
  private:
   using Clock = std::chrono::steady_clock;
+  const Tape* tape_;  ///< the tape watched
   std::vector<TapeRow> rows_;
   size_t base_ = SIZE_MAX;  ///< tape index of rows_[0]
   std::unordered_map<const TensorImpl*, int64_t> producer_;
@@ -87,7 +91,9 @@ bool all_finite(const Tensor& t);
 /// other ops. Backward does twice that.
 double forward_flops(const TapeEntry& entry);
 
-/// Time per op kind, accumulated over every step it watches.
+/// Time per op kind, accumulated over every step it watches. The entries of a tape a closure
+/// records on for itself (checkpoint's first call and recomputation) count as the ops they run, and
+/// the entry that opened it keeps only the time left over, so nothing is counted twice.
 class OpProfile : public TapeObserver {
  public:
   /// One op kind's totals.

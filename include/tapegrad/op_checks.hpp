@@ -4,7 +4,8 @@
 /// One row per case: a name (the op, or a composition), the input shapes and domains, the function
 /// and, where needed, its own tolerances. The gradcheck test and `tapegrad gradcheck` iterate this
 /// table, and a test asserts that every OpKind is exercised by some row, so an op cannot exist
-/// without a gradient check.
+/// without a gradient check. Each row is checked at first order (gradcheck) and at second order
+/// (gradgradcheck through a create_graph walk): `tapegrad gradcheck --order 2`.
 #pragma once
 
 #include <functional>

@@ -9,7 +9,9 @@
 /// the numbering (OpKind's values, the profile's row index): append, or accept that it changes.
 ///
 /// To add an op: a row here, the function that records it (src/ops/, with its backward beside
-/// it) and a gradient-check row in src/ops/op_checks.cpp (a test fails on a kind no row records).
+/// it, including the create_graph branch: docs/adding-an-op.md) and a gradient-check row in
+/// src/ops/op_checks.cpp (a test fails on a kind no row records; every row is checked at first and
+/// second order).
 // Included without TAPEGRAD_OP (as a program may include any installed header) it is empty.
 #ifdef TAPEGRAD_OP
 // clang-format off
@@ -64,7 +66,9 @@ TAPEGRAD_OP(scaled_dot_product_attention)
 // Recorded only by a create_graph backward (src/ops/elementwise.cpp): dx = dy * f'(x) for a unary f,
 // an op of its own so that the gradient of a gradient has a backward (with f'').
 TAPEGRAD_OP(unary_backward)
-// A function defined outside the library, recorded by record_custom (named on its entry).
+// A function defined outside the library, recorded by record_custom (named on its entry). The one kind
+// without a double backward: its closure's gradient is not recorded, so a create_graph walk refuses it
+// by name (checkpoint is recorded this way too).
 TAPEGRAD_OP(custom)
 
 // clang-format on

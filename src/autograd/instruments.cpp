@@ -104,12 +104,16 @@ bool all_finite(const Tensor& t) {
 // ---- TapeRecorder -------------------------------------------------------------------------------
 
 TapeRecorder::TapeRecorder(const std::vector<Tensor>& resident)
-    : last_(Clock::now()), bytes_at_start_(memory::stats().bytes_in_use), bytes_at_last_record_(bytes_at_start_) {
+    : tape_(&current_tape()),
+      last_(Clock::now()),
+      bytes_at_start_(memory::stats().bytes_in_use),
+      bytes_at_last_record_(bytes_at_start_) {
   for (const Tensor& t : resident)
     if (t.defined() && t.impl()->storage) saved_.insert(t.impl()->storage.get());
 }
 
 void TapeRecorder::recorded(const Tape& tape, size_t index) {
+  if (&tape != tape_) return;
   const auto now = Clock::now();
   if (base_ == SIZE_MAX) base_ = index;
   const TapeEntry& e = tape.entries()[index];
@@ -139,14 +143,14 @@ void TapeRecorder::recorded(const Tape& tape, size_t index) {
   last_ = Clock::now();  // the bookkeeping above is not charged to the next op
 }
 
-void TapeRecorder::before_backward(const Tape&, size_t index, const Tensor& grad_output) {
-  if (base_ == SIZE_MAX || index < base_) return;
+void TapeRecorder::before_backward(const Tape& tape, size_t index, const Tensor& grad_output) {
+  if (&tape != tape_ || base_ == SIZE_MAX || index < base_) return;
   rows_[index - base_].grad_norm = l2_norm(grad_output);
   backward_start_ = Clock::now();
 }
 
-void TapeRecorder::after_backward(const Tape&, size_t index) {
-  if (base_ == SIZE_MAX || index < base_) return;
+void TapeRecorder::after_backward(const Tape& tape, size_t index) {
+  if (&tape != tape_ || base_ == SIZE_MAX || index < base_) return;
   rows_[index - base_].backward_us = micros(Clock::now() - backward_start_);
 }
 
@@ -227,13 +231,18 @@ void OpProfile::recorded(const Tape& tape, size_t index) {
   last_ = Clock::now();
 }
 
-void OpProfile::before_backward(const Tape&, size_t, const Tensor&) { backward_start_ = Clock::now(); }
+// A closure that records and walks a tape of its own (checkpoint's recomputation) nests entries inside
+// its own: each clock restarts at every hook, so the nested entries are charged their own forward and
+// backward time and the outer entry only what is left of it, and no second counts anything twice.
+void OpProfile::before_backward(const Tape&, size_t, const Tensor&) { backward_start_ = last_ = Clock::now(); }
 
 void OpProfile::after_backward(const Tape& tape, size_t index) {
   const TapeEntry& e = tape.entries()[index];
   Row& r = rows_[size_t(e.op)];
-  r.backward_s += std::chrono::duration<double>(Clock::now() - backward_start_).count();
+  const auto now = Clock::now();
+  r.backward_s += std::chrono::duration<double>(now - backward_start_).count();
   r.flops += 2 * forward_flops(e);
+  backward_start_ = last_ = now;
 }
 
 // ---- AnomalyMode ----------------------------------------------------------------------------------

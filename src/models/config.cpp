@@ -31,7 +31,7 @@ std::string ModelConfig::to_json() const {
       {"positional", nn::positional_name(positional)}, {"norm_first", norm_first},
       {"activation", nn::activation_name(activation)}, {"max_len", max_len},
       {"rnn_cell", nn::cell_name(cell)}, {"hidden", hidden}, {"attention", nn::score_name(score)},
-      {"tie_embeddings", tie_embeddings}, {"version", kJsonVersion},
+      {"tie_embeddings", tie_embeddings}, {"checkpoint_layers", checkpoint_layers}, {"version", kJsonVersion},
   };
   return j.dump();
 }
@@ -105,6 +105,8 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
   c.hidden = integer_field(j, "hidden");
   c.score = stored_score(string_field(j, "attention"), version);
   c.tie_embeddings = version >= 2 && bool_field(j, "tie_embeddings");
+  // No version of its own: it changes no result, so a config without it (any version) means off.
+  c.checkpoint_layers = j.contains("checkpoint_layers") && bool_field(j, "checkpoint_layers");
   c.validate(ConfigNames::json);
   return c;
 }
@@ -135,6 +137,9 @@ void ModelConfig::validate(ConfigNames names) const {
   if (tie_embeddings && kind != ModelKind::transformer)
     throw Error(std::string(cli ? "--tie-embeddings" : "tie_embeddings") +
                 ": only for the transformer, not " + model_name(kind));
+  if (checkpoint_layers && kind != ModelKind::transformer && kind != ModelKind::gpt)
+    throw Error(std::string(cli ? "--checkpoint-layers" : "checkpoint_layers") +
+                ": only for the transformer and gpt (their layers are checkpointed), not " + model_name(kind));
   if ((kind == ModelKind::transformer || kind == ModelKind::gpt) && d_model % heads != 0)
     throw Error(field("d_model", "--d-model", std::to_string(d_model)) + ": not divisible by " +
                 field("heads", "--heads", std::to_string(heads)));

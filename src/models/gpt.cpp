@@ -45,8 +45,14 @@ Gpt::Gpt(const ModelConfig& c, uint64_t seed) : Seq2Seq(c, seed) {
 
 Tensor Gpt::forward(const Tensor& ids, std::vector<nn::KvCache>* caches, int64_t offset) {
   Tensor x = drop_->forward(pos_embed_->forward(tok_embed_->forward(ids), offset), gen_);
-  for (size_t l = 0; l < blocks_.size(); ++l)
-    x = blocks_[l]->forward(x, {}, gen_, /*causal=*/true, caches ? &(*caches)[l] : nullptr);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    nn::KvCache* cache = caches ? &(*caches)[l] : nullptr;
+    x = run_layer(config_.checkpoint_layers && !cache, gen_,
+                  [block = blocks_[l], cache, gen = &gen_](const std::vector<Tensor>& in) {
+                    return block->forward(in[0], {}, *gen, /*causal=*/true, cache);
+                  },
+                  {x});
+  }
   return linear(norm_->forward(x), tok_embed_->weight, Tensor());
 }
 

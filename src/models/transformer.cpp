@@ -129,7 +129,12 @@ class Transformer : public Seq2Seq {
 
   Tensor encode(const Tensor& src, const Tensor& src_mask) {
     Tensor x = embed(*src_embed_, *src_pos_, src);
-    for (auto& layer : encoder_) x = layer->forward(x, src_mask, gen_);
+    for (auto& layer : encoder_)
+      x = run_layer(config_.checkpoint_layers, gen_,
+                    [layer, src_mask, gen = &gen_](const std::vector<Tensor>& in) {
+                      return layer->forward(in[0], src_mask, *gen);
+                    },
+                    {x});
     return enc_norm_ ? enc_norm_->forward(x) : x;
   }
 
@@ -137,7 +142,12 @@ class Transformer : public Seq2Seq {
     Tensor x = embed(*tgt_embed_, *tgt_pos_, tgt_in);
     // Causal masking is fused into the self-attention softmax; padded target positions only produce
     // ignored losses, and keys after a real position are already masked by causality.
-    for (auto& layer : decoder_) x = layer->forward(x, memory, {}, src_mask, gen_);
+    for (auto& layer : decoder_)
+      x = run_layer(config_.checkpoint_layers, gen_,
+                    [layer, src_mask, gen = &gen_](const std::vector<Tensor>& in) {
+                      return layer->forward(in[0], in[1], {}, src_mask, *gen);
+                    },
+                    {x, memory});
     if (dec_norm_) x = dec_norm_->forward(x);
     return project(x);
   }

@@ -338,6 +338,11 @@ const std::vector<OptionSpec>& option_table() {
        "no bias), as in the paper; source and target share one vocabulary, so all three are tied "
        "(transformer). Default: untied, two embeddings and an output projection with its own weight and bias",
        flag_field<TAPEGRAD_FIELD(model.tie_embeddings)>()},
+      {"--checkpoint-layers", "model.checkpoint_layers", "", kFlag, kRun, kFixed, kInHelp,
+       "Activation checkpointing (transformer, gpt): a training step keeps only each layer's input and "
+       "recomputes the layer in backward, with the same dropout masks; less memory, more time, the same "
+       "bits",
+       flag_field<TAPEGRAD_FIELD(model.checkpoint_layers)>()},
       {"--activation", "model.activation", "", kText, kRun, kFixed, kShown,
        "Feed-forward activation (transformer): relu | gelu-tanh (the tanh approximation, PyTorch's "
        "gelu(approximate='tanh'); 'gelu' is an alias of it) | gelu-exact (x Phi(x) with erf, PyTorch's "

@@ -220,6 +220,24 @@ TEST_CASE("the deterministic all-reduce repeats bit for bit and agrees with one 
   for (const auto& d : {a, b, one}) fs::remove_all(d);
 }
 
+TEST_CASE("checkpointed layers on 2 ranks train the bits of plain layers: buckets wait for the recomputation",
+          "[distributed][checkpoint]") {
+  // A gradient is complete when its parameter's last use has run backward; a checkpointed layer's
+  // parameters are used again on the tapes its recomputation records on. Small buckets are sent as soon
+  // as they are complete, so one sent too early would carry a partial gradient.
+  REQUIRE_MPI_OR_SKIP();
+  const std::string args = kTiny + kSgd +
+                           "--layers 2 --dropout 0.1 --steps 4 --batch-size 8 --deterministic-allreduce "
+                           "--bucket-mb 0.001 --out ";
+  const std::string plain = temp_dir("ck-plain"), checkpointed = temp_dir("ck-on");
+  const Run a = mpirun(2, args + plain), b = mpirun(2, args + checkpointed + " --checkpoint-layers");
+  INFO(a.out + b.out);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  tapegrad::test::require_same_parameters(plain, checkpointed);
+  for (const auto& d : {plain, checkpointed}) fs::remove_all(d);
+}
+
 TEST_CASE("a resume may change the number of ranks", "[distributed]") {
   REQUIRE_MPI_OR_SKIP();
   const std::string args = kTiny + kSgd + "--batch-size 12 --save-every 10 ";

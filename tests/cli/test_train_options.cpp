@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -67,8 +68,16 @@ TEST_CASE("bad model option values exit 2 with one line naming the choices", "[c
   const Run tie = run(kTiny + "--model rnn --tie-embeddings --steps 1 --out " + dir + "/c");
   CHECK(tie.code == 2);
   CHECK_THAT(tie.out, Catch::Contains("--tie-embeddings: only for the transformer, not rnn"));
+  for (const char* rnn : {"rnn", "attention-rnn"}) {
+    CAPTURE(rnn);
+    const Run ck = run(kTiny + "--model " + rnn + " --checkpoint-layers --steps 1 --out " + dir + "/d");
+    CHECK(ck.code == 2);
+    CHECK(ck.out == "tapegrad: --checkpoint-layers: only for the transformer and gpt (their layers are "
+                    "checkpointed), not " + std::string(rnn) + "\n");
+  }
   CHECK(!fs::exists(dir + "/a"));
   CHECK(!fs::exists(dir + "/c"));
+  CHECK(!fs::exists(dir + "/d"));
   fs::remove_all(dir);
 }
 
@@ -113,6 +122,45 @@ TEST_CASE("--resume refuses a different --tie-embeddings; without the flag the c
   const train::LoadedModel m = train::load_checkpoint(dir + "/tied");
   CHECK(m.step == 3);
   CHECK(m.options.model.tie_embeddings);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("--checkpoint-layers reaches config.json and the checkpoint, trains the bits of the plain run; "
+          "--config repeats it, a resume and eval keep it",
+          "[cli][options][checkpoint]") {
+  const std::string dir = temp_dir("checkpoint-layers");
+  const std::string opts = kTiny + "--layers 2 --dropout 0.2 --steps 3 --out ";
+  const Run on = run(opts + dir + "/on --checkpoint-layers");
+  const Run off = run(opts + dir + "/off");
+  INFO(on.out + off.out);
+  REQUIRE(on.code == 0);
+  REQUIRE(off.code == 0);
+  tapegrad::test::require_same_parameters(dir + "/on", dir + "/off");
+  const auto config = nlohmann::json::parse(std::ifstream(dir + "/on/config.json"));
+  CHECK(config.at("model").at("checkpoint_layers") == true);
+  CHECK(nlohmann::json::parse(std::ifstream(dir + "/off/config.json")).at("model").at("checkpoint_layers") == false);
+  CHECK(train::load_checkpoint(dir + "/on").options.model.checkpoint_layers);
+  CHECK(train::load_checkpoint(dir + "/on").model->config().checkpoint_layers);
+
+  const Run again = run("train --config " + dir + "/on/config.json --out " + dir + "/again");
+  INFO(again.out);
+  REQUIRE(again.code == 0);
+  CHECK(train::TrainOptions::from_config_file(dir + "/again/config.json").model.checkpoint_layers);
+  tapegrad::test::require_same_parameters(dir + "/again", dir + "/on");
+
+  const Run conflict = run("train --resume " + dir + "/off --steps 4 --checkpoint-layers");
+  CHECK(conflict.code == 2);
+  CHECK_THAT(conflict.out, Catch::Contains("--checkpoint-layers on (checkpoint: off)"));
+  const Run resumed = run("train --resume " + dir + "/on --steps 4");
+  INFO(resumed.out);
+  REQUIRE(resumed.code == 0);
+  const train::LoadedModel m = train::load_checkpoint(dir + "/on");
+  CHECK(m.step == 4);
+  CHECK(m.options.model.checkpoint_layers);
+  const Run eval = run("eval --checkpoint " + dir + "/on --task copy --size 4");
+  INFO(eval.out);
+  CHECK(eval.code == 0);
+  CHECK_THAT(eval.out, Catch::Contains("exact_match: "));
   fs::remove_all(dir);
 }
 

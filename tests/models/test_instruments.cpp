@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "tapegrad/instruments.hpp"
@@ -31,11 +32,11 @@ struct Subject {
   std::unique_ptr<optim::Optimizer> opt;
   data::Batch batch;
 };
-Subject subject(models::ModelKind kind, int len) {
+Subject subject(models::ModelKind kind, int len, int64_t layers = 1, bool checkpoint_layers = false) {
   train::TrainOptions o;
   o.model.kind = kind;
-  o.model.d_model = 16, o.model.heads = 2, o.model.d_ff = 32, o.model.layers = 1, o.model.hidden = 16;
-  o.model.dropout = 0;
+  o.model.d_model = 16, o.model.heads = 2, o.model.d_ff = 32, o.model.layers = layers, o.model.hidden = 16;
+  o.model.dropout = 0, o.model.checkpoint_layers = checkpoint_layers;
   o.task = "copy", o.task_options = {len, len, 5};
   o.batch_size = 4, o.steps = 1, o.valid_size = 1;
   train::Session s = train::make_session(o);
@@ -97,6 +98,33 @@ TEST_CASE("saved bytes of a Transformer step match the allocator's growth during
   // loss is recorded, a closure's private buffers) and what the tape holds that was allocated before
   // the step (the batch's id tensors) are small next to the activations.
   CHECK(double(rec.saved_bytes()) == Approx(double(rec.forward_growth_bytes())).epsilon(0.10));
+}
+
+TEST_CASE("with checkpointed layers the recorder's rows are the step's own tape: one entry per layer, "
+          "each given its gradient, and a fraction of the saved bytes",
+          "[instruments][checkpoint]") {
+  auto record = [](bool checkpointed) {
+    Subject s = subject(models::ModelKind::transformer, 12, 2, checkpointed);
+    auto rec = std::make_unique<TapeRecorder>(s.model->buffers());
+    ObserveScope watch(*rec);
+    train::train_step(*s.model, *s.opt, train::StepRecipe{}, s.batch, 1);
+    return rec;
+  };
+  const auto plain = record(false), checkpointed = record(true);
+  int64_t layers = 0;
+  for (size_t i = 0; i < checkpointed->rows().size(); ++i) {
+    const TapeRow& r = checkpointed->rows()[i];
+    CAPTURE(i, op_name(r.op));
+    CHECK(r.index == int64_t(i));  // the tapes checkpoint records on for itself add no rows
+    if (r.op != OpKind::custom) continue;
+    ++layers;
+    CHECK(r.grad_norm > 0);
+    CHECK(r.backward_us > 0);
+  }
+  CHECK(layers == 4);  // 2 encoder and 2 decoder layers
+  for (const TapeRow& r : plain->rows()) CHECK(r.op != OpKind::custom);
+  CAPTURE(plain->saved_bytes(), checkpointed->saved_bytes());
+  CHECK(checkpointed->saved_bytes() < plain->saved_bytes() / 2);
 }
 
 TEST_CASE("the critical path grows with T for an RNN and not for a Transformer", "[instruments]") {

@@ -2,6 +2,8 @@
 // many steps goes, op by op. Both run train::train_step, the trainer's own step, with an instrument
 // (instruments.hpp) watching the tape, on a fresh tiny model, or on a checkpoint and one batch of
 // its task (or of a --valid file).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -83,6 +85,13 @@ StepSubject checkpoint_subject(const std::string& dir, const std::string& valid,
   return subject;
 }
 
+// The process's peak resident set so far (the kernel's high-water mark; it never goes down).
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;  // kilobytes on Linux
+}
+
 int64_t storage_bytes(const std::vector<Tensor>& ts) {
   int64_t total = 0;
   for (const Tensor& t : ts)
@@ -158,7 +167,7 @@ Runner add_tape(CLI::App& app) {
   return [a, run, mlp, sub, lengths_given] {
     TapeRecorder rec;
     std::string what;
-    int64_t params = 0, grads = 0, optimizer_state = 0, peak = 0, before = 0;
+    int64_t params = 0, grads = 0, optimizer_state = 0, peak = 0, before = 0, rss_growth = 0;
     std::optional<train::StepResult> step;  // a model's step (not the MLP's forward and backward)
     if (*mlp && a->checkpoint.empty()) {
       record_mlp(rec);
@@ -179,6 +188,7 @@ Runner add_tape(CLI::App& app) {
       params = storage_bytes(ps);
       memory::reset_peak();
       before = memory::stats().bytes_in_use;
+      const int64_t rss_before = peak_rss_bytes();
       {
         TapeRecorder fresh(s.model->buffers());  // constructed here: it measures from the step's start
         ObserveScope watch(fresh);
@@ -186,6 +196,7 @@ Runner add_tape(CLI::App& app) {
         rec = std::move(fresh);
       }
       peak = memory::stats().peak_bytes_in_use - before;
+      rss_growth = peak_rss_bytes() - rss_before;
       for (const Tensor& p : ps) grads += p.impl()->storage->capacity;  // one gradient per parameter
       std::vector<Tensor> state;
       for (const auto& [name, t] : s.optimizer->state_tensors()) state.push_back(t);
@@ -213,10 +224,11 @@ Runner add_tape(CLI::App& app) {
                 format_bytes(double(rec.saved_bytes())).c_str(), format_bytes(double(rec.forward_growth_bytes())).c_str());
     if (params)
       std::printf("memory: peak %s above the step's start (allocator high-water mark); parameters %s, gradients "
-                  "%s, optimizer state %s, activations saved by the tape %s\n",
+                  "%s, optimizer state %s, activations saved by the tape %s; the process's peak resident set "
+                  "grew by %s during the step\n",
                   format_bytes(double(peak)).c_str(), format_bytes(double(params)).c_str(),
                   format_bytes(double(grads)).c_str(), format_bytes(double(optimizer_state)).c_str(),
-                  format_bytes(double(rec.saved_bytes())).c_str());
+                  format_bytes(double(rec.saved_bytes())).c_str(), format_bytes(double(rss_growth)).c_str());
     std::printf("critical path: %lld entries (the longest chain of dependent entries)\n",
                 (long long)rec.critical_path());
     if (!a->dot.empty()) write_text(a->dot, rec.dot());

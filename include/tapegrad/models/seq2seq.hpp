@@ -63,6 +63,11 @@ struct ModelConfig {
   nn::CellKind cell = nn::CellKind::gru;                    ///< RNN models: the recurrent cell
   int64_t hidden = 256;                                     ///< RNN models: hidden size H
   nn::AttentionScore score = nn::AttentionScore::additive;  ///< attention-rnn: the score function
+  /// Transformer and gpt: each encoder layer, decoder layer and block runs under checkpoint()
+  /// (functional.hpp), so training keeps only the layers' inputs and recomputes the rest in backward
+  /// (dropout masks drawn again from the model's generator). Not architecture: it changes no result,
+  /// only the memory and time of a training step; stored, and read as false when absent.
+  bool checkpoint_layers = false;
 
   /// The JSON version to_json writes ("version"). Version 1 (no "version" field) stored the general
   /// attention score as "dot" and had no "tie_embeddings" field (read as false).
@@ -73,7 +78,8 @@ struct ModelConfig {
   static ModelConfig from_json(const std::string& json);
   /// The rules every config obeys, without building anything: sizes positive, d_model divisible by
   /// heads (transformer), dropout in [0, 1), max_len at most kMaxPositions, tie_embeddings only for
-  /// the transformer. Throws Error naming the field as `names` says.
+  /// the transformer, checkpoint_layers only for the transformer and gpt. Throws Error naming the
+  /// field as `names` says.
   void validate(ConfigNames names = ConfigNames::json) const;
 };
 
