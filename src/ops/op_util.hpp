@@ -20,16 +20,20 @@ inline void check_same_float(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op, "first input");
   check_defined(b, op, "second input");
   if (!a.is_floating() || a.dtype() != b.dtype())
-    throw DTypeError(std::string(op) + ": dtypes differ or are not floating: a=" + a.describe() + " b=" + b.describe());
+    throw DTypeError(std::string(op) + ": dtypes differ or are not floating: a=" + a.describe() +
+                     " b=" + b.describe());
 }
 
 inline void check_float(const Tensor& a, const char* op) {
   check_defined(a, op, "input");
-  if (!a.is_floating()) throw DTypeError(std::string(op) + ": expected a floating tensor, got " + a.describe());
+  if (!a.is_floating())
+    throw DTypeError(std::string(op) + ": expected a floating tensor, got " + a.describe());
 }
 
 // `t` itself when contiguous, else a contiguous copy (not recorded: callers accumulate into `t`).
-inline Tensor contiguous_data(const Tensor& t) { return t.is_contiguous() ? t : t.clone(); }
+inline Tensor contiguous_data(const Tensor& t) {
+  return t.is_contiguous() ? t : t.clone();
+}
 
 // Strides of `t` read in the index space `out` (numpy alignment from the right), 0 where broadcast.
 inline Shape broadcast_strides(const Tensor& t, const Shape& out) {
@@ -65,5 +69,12 @@ inline Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
     if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
   return r.shape() == shape ? r : reshape(r, shape);
 }
+
+// The fused ops written again with primitive recorded ops, each defined beside its op: what its
+// create_graph backward differentiates (backward_through), tested against the fused kernels.
+Tensor gru_cell_composite(const Tensor& xp, const Tensor& hp, const Tensor& h);
+Tensor additive_score_composite(const Tensor& keys, const Tensor& query, const Tensor& v);
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionSpec& spec);
 
 }  // namespace tapegrad::detail

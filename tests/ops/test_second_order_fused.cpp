@@ -9,16 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/op_util.hpp"
 #include "tapegrad/tapegrad.hpp"
 
 using namespace tapegrad;
-
-namespace tapegrad::detail {  // defined beside their ops
-Tensor gru_cell_composite(const Tensor& xp, const Tensor& hp, const Tensor& h);
-Tensor additive_score_composite(const Tensor& keys, const Tensor& query, const Tensor& v);
-Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
-                                              const AttentionSpec& spec);
-}  // namespace tapegrad::detail
 
 namespace {
 
