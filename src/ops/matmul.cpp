@@ -146,6 +146,16 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc) {
   }
 }
 
+// g [batch.., M, N] summed with recorded ops over the batch dims that `shape` [.., M, N] broadcasts
+// (missing or 1), so that a gradient computed under create_graph comes in its operand's shape.
+Tensor sum_batch_to(const Tensor& g, const Shape& shape) {
+  Tensor r = g;
+  const int off = g.ndim() - shape.ndim();
+  for (int d = g.ndim() - 3; d >= 0; --d)
+    if (const int j = d - off; (j < 0 || shape[j] == 1) && g.shape()[d] != 1) r = sum(r, d, true);
+  return r.shape() == shape ? r : reshape(r, shape);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -183,6 +193,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (should_record({&a2, &b2})) {
     record(OpKind::matmul, {a2, b2}, y, [a2, b2](const Tensor& dy) {
       // dA = dY @ B^T, dB = A^T @ dY (summed over broadcast batch dims)
+      if (creating_graph()) {
+        if (a2.requires_grad())
+          accumulate_grad(a2, sum_batch_to(matmul(dy, transpose(b2, -2, -1)), a2.shape()));
+        if (b2.requires_grad())
+          accumulate_grad(b2, sum_batch_to(matmul(transpose(a2, -2, -1), dy), b2.shape()));
+        return;
+      }
       visit_float(dy.dtype(), "backward", [&]<class T>() { matmul_backward<T>(a2, b2, dy); });
     });
   }
@@ -372,6 +389,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const std::shared_ptr<StackedWeightGrad> stack = stacked_grad(weight, rows, in, out);
     record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out, packed, stack](const Tensor& dy) {
       // dx = dy W;  dW = dy^T x;  db = sum over rows of dy
+      if (creating_graph()) {  // the same with recorded ops on the recorded x and weight (no packs, no stack)
+        const Tensor dy2 = reshape(dy, {rows, out});
+        if (x.requires_grad()) accumulate_grad(x, matmul(dy, weight));
+        if (weight.requires_grad())
+          accumulate_grad(weight, matmul(transpose(dy2, 0, 1), reshape(x, {rows, in})));
+        if (bias.defined() && bias.requires_grad()) accumulate_grad(bias, sum(dy2, 0));
+        return;
+      }
       visit_float(dy.dtype(), "backward", [&]<class T>() {
         bool fresh = false;
         if (x.requires_grad()) {

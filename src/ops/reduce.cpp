@@ -27,6 +27,13 @@ AxisSplit split_axis(const Tensor& a, int axis, bool keepdim, const char* op) {
   return s;
 }
 
+// a's shape with the reduced axis of `s` kept as 1: where a reduction's dy broadcasts back from.
+Shape keepdim_shape(const Tensor& a, const AxisSplit& s) {
+  Shape k = a.shape();
+  k[s.axis] = 1;
+  return k;
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& a) {
@@ -39,6 +46,7 @@ Tensor sum(const Tensor& a) {
   if (should_record({&a})) {
     record(OpKind::sum_all, {a}, y, [a](const Tensor& dy) {
       // da[i] += dy
+      if (creating_graph()) return accumulate_grad(a, add(Tensor::zeros(a.shape(), a.dtype()), dy));
       Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(da.numel(), da.data<T>(), T(1), *dy.data<T>(), da.data<T>(), false);
@@ -59,6 +67,8 @@ Tensor sum(const Tensor& a, int axis, bool keepdim) {
   if (should_record({&a})) {
     record(OpKind::sum_axis, {a}, y, [a, s](const Tensor& dy) {
       // da[o, k, i] += dy[o, i]: broadcast dy back along the reduced axis
+      if (creating_graph())  // the broadcast as an add of zeros, dy with the axis kept as 1
+        return accumulate_grad(a, add(Tensor::zeros(a.shape(), a.dtype()), reshape(dy, keepdim_shape(a, s))));
       Tensor da = grad_buffer_zeroed(a);
       const Shape shape{s.outer, s.n, s.inner};
       const Shape da_strides{s.n * s.inner, s.inner, 1}, dy_strides{s.inner, 0, 1};
@@ -95,6 +105,15 @@ Tensor max(const Tensor& a, int axis, bool keepdim) {
   if (should_record({&a})) {
     record(OpKind::max_axis, {a}, y, [a, s, argmax](const Tensor& dy) {
       // da[o, argmax[o, i], i] += dy[o, i]  (the first maximum takes the whole gradient)
+      if (creating_graph()) {  // a constant one-hot mask of the maxima times dy broadcast along the axis
+        Tensor mask = Tensor::zeros(a.shape(), a.dtype());
+        visit_float(a.dtype(), "backward", [&]<class T>() {
+          for (int64_t o = 0; o < s.outer; ++o)
+            for (int64_t i = 0; i < s.inner; ++i)
+              mask.data<T>()[(o * s.n + (*argmax)[size_t(o * s.inner + i)]) * s.inner + i] = T(1);
+        });
+        return accumulate_grad(a, mul(mask, reshape(dy, keepdim_shape(a, s))));
+      }
       Tensor da = grad_buffer_zeroed(a);
       visit_float(a.dtype(), "backward", [&]<class T>() {
         T* d = da.data<T>();

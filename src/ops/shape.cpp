@@ -90,6 +90,7 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
   if (should_record({&a})) {
     record(OpKind::reshape, {a}, y, [a](const Tensor& dy) {
       // da = dy read in a's shape (a first gradient may adopt dy's storage)
+      if (creating_graph()) return accumulate_grad(a, reshape(dy, a.shape()));
       accumulate_grad(a, dy);
     });
   }
@@ -120,6 +121,11 @@ Tensor permute(const Tensor& a, const std::vector<int>& dims) {
   if (should_record({&a})) {
     record(OpKind::permute, {a}, y, [a, norm](const Tensor& dy) {
       // da[perm^-1(i)] += dy[i]: walk dy in order, writing through a's permuted contiguous strides
+      if (creating_graph()) {  // da = dy permuted by the inverse permutation
+        std::vector<int> inverse(norm.size());
+        for (size_t i = 0; i < norm.size(); ++i) inverse[size_t(norm[i])] = int(i);
+        return accumulate_grad(a, permute(dy, inverse));
+      }
       const Shape cs = contiguous_strides(a.shape());
       Shape ds = dy.shape();
       for (size_t i = 0; i < norm.size(); ++i) ds[int(i)] = cs[norm[i]];
@@ -155,7 +161,8 @@ Tensor contiguous(const Tensor& a) {
   if (a.is_contiguous()) return a;
   Tensor y = a.clone();
   if (should_record({&a})) {
-    // da = dy (same shape; a's own strides do not matter for its gradient buffer)
+    // da = dy (same shape; a's own strides do not matter for its gradient buffer). Under create_graph
+    // accumulate_grad records the sum itself, so this one line serves both walks.
     record(OpKind::contiguous, {a}, y, [a](const Tensor& dy) { accumulate_grad(a, dy); });
   }
   return y;
@@ -174,6 +181,18 @@ Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
   if (should_record({&a})) {
     record(OpKind::narrow, {a}, y, [a, ax, start](const Tensor& dy) {
       // da[.., start:start+len, ..] += dy
+      if (creating_graph()) {  // dy padded with zero constants before and after along the axis
+        std::vector<Tensor> parts;
+        auto zeros = [&](int64_t len) {
+          Shape zs = a.shape();
+          zs[ax] = len;
+          if (len > 0) parts.push_back(Tensor::zeros(zs, dy.dtype()));
+        };
+        zeros(start);
+        parts.push_back(dy);
+        zeros(a.shape()[ax] - start - dy.shape()[ax]);
+        return accumulate_grad(a, parts.size() == 1 ? dy : concat(parts, ax));
+      }
       Tensor da = grad_buffer_zeroed(a);
       const Shape cs = contiguous_strides(a.shape());
       visit_float(a.dtype(), "backward", [&]<class T>() {
@@ -220,6 +239,11 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
   if (should_record(xs)) {
     record(OpKind::concat, xs, y, [xs, starts, outer, inner, total, ax](const Tensor& dy) {
       // dx_i = dy[.., start_i : start_i + len_i, ..]
+      if (creating_graph()) {
+        for (size_t i = 0; i < xs.size(); ++i)
+          if (xs[i].requires_grad()) accumulate_grad(xs[i], narrow(dy, ax, starts[i], xs[i].shape()[ax]));
+        return;
+      }
       for (size_t i = 0; i < xs.size(); ++i) {
         if (!xs[i].requires_grad()) continue;
         const int64_t block = xs[i].shape()[ax] * inner;
