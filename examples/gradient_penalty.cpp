@@ -109,7 +109,9 @@ double check_penalty_gradient(const Weights& w, const Data& d) {
 // `steps` Adam steps on loss + lambda * penalty; prints the two terms as they fall. Returns the first
 // and last (loss, penalty).
 std::pair<Terms, Terms> train_with_penalty(const Weights& w, const Data& d, int steps, double lambda, bool print) {
-  optim::Adam adam(w.named(), {.lr = 0.01});
+  optim::AdamOptions options;
+  options.lr = 0.01;
+  optim::Adam adam(w.named(), options);
   std::pair<Terms, Terms> ends;
   for (int step = 1; step <= steps; ++step) {
     const Terms t = terms(w, d, lambda > 0);

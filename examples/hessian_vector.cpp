@@ -75,7 +75,9 @@ TensorFn loss_of(const FlatMlp& net, const Data& d) {
 Tensor trained_theta(const FlatMlp& net, const Data& d, int steps, uint64_t seed) {
   Generator gen(seed);
   Tensor theta = Tensor::randn({net.size()}, gen, DType::f64, 0.0, 0.7).requires_grad_();
-  optim::Adam adam({{"theta", theta}}, {.lr = 0.01});
+  optim::AdamOptions options;
+  options.lr = 0.01;
+  optim::Adam adam({{"theta", theta}}, options);
   const TensorFn loss = loss_of(net, d);
   for (int step = 0; step < steps; ++step) {
     backward(loss({theta}));

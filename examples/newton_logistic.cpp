@@ -140,7 +140,6 @@ int main(int argc, char** argv) {
   const double lr = 1 / curvature;
   std::printf("gradient descent step 1/L = %.4f (L = %.4f bounds the Hessian's largest eigenvalue)\n", lr, curvature);
 
-  std::printf("%-9s  %-14s  %-14s\n", "iteration", "newton |w-w*|", "gd |w-w*|");
   std::vector<double> wn = zero, wg = zero;
   int newton_reached = -1;
   for (int k = 0; k <= 12; ++k) {
