@@ -1,7 +1,8 @@
 // Scaled dot-product attention as one op: the fused kernels (kernels/simd/sdpa.hpp) forward and
 // backward, so the tape keeps q, k, v, o and the rows' log-sum-exp instead of the [B, H, Tq, Tk]
 // weights, and no permute of q, k, v or o is ever copied. Here only the shape checks, the mask's
-// broadcast strides and the layouts handed to the kernels.
+// broadcast strides and the layouts handed to the kernels. Under create_graph the backward goes through
+// scaled_dot_product_attention_composite (the unfused ops, recorded) so it can be differentiated again.
 #include <cmath>
 
 #include "src/ops/op_util.hpp"
@@ -23,6 +24,23 @@ Tensor rows_contiguous(const Tensor& x) {
 }
 
 }  // namespace
+
+namespace detail {
+
+// The fused kernels' o with recorded ops, the heads moved out to [B, H, T, d] by views:
+//   o = dropout(softmax(scale q k^T + mask, causal)) v
+// softmax's causal rule is the kernels' (key j masked for query i when j > i + Tk - Tq, a row with no
+// key all zeros), and the dropout op on the contiguous [B, H, Tq, Tk] weights draws the kernels' mask,
+// uniform_at(seed, ((b H + h) Tq + i) Tk + j) >= p, with the same factor 1 / (1 - p).
+Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionSpec& spec) {
+  const Tensor w = softmax(matmul(permute(q, {0, 2, 1, 3}), permute(k, {0, 2, 3, 1})),
+                           {spec.scale, spec.mask, spec.causal});
+  return permute(matmul(dropout(w, spec.dropout, true, spec.dropout_seed), permute(v, {0, 2, 1, 3})),
+                 {0, 2, 1, 3});
+}
+
+}  // namespace detail
 
 // q [B,Tq,H,dk], k [B,Tk,H,dk], v [B,Tk,H,dv] -> o [B,Tq,H,dv]
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
@@ -89,6 +107,13 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            [q_in, k_in, v_in, q, k, v, mask, o, lse, l](const Tensor& dy) {
              // w = softmax(s), s = scale q k^T + mask; do -> dv = w^T do, ds = w (do v^T - rowsum(do o)),
              // dq = scale ds k, dk = scale ds^T q (dropout on w as in forward)
+             if (creating_graph()) {
+               const AttentionSpec spec{l.scale, mask, l.causal, l.dropout, l.dropout_seed};
+               backward_through(
+                   [&] { return detail::scaled_dot_product_attention_composite(q_in, k_in, v_in, spec); },
+                   dy);
+               return;
+             }
              kernels::AttentionLayout g = l;
              struct Grad {
                Tensor buffer;

@@ -3,7 +3,9 @@
 // Both replace a chain of small elementwise ops that an RNN seq2seq model runs at every time step:
 // one tape entry instead of ten and no intermediate tensors kept alive. Each is one kernel each way:
 // kernels::gru_cell (which keeps its gates r, z and n for backward) and kernels::additive_score
-// (which keeps no [B, S, A] activation: backward recomputes tanh).
+// (which keeps no [B, S, A] activation: backward recomputes tanh). Under create_graph their backward
+// goes through a composite of recorded ops instead (gru_cell_composite, additive_score_composite:
+// what the kernels compute, written out), so it can be differentiated again.
 #include "src/ops/op_util.hpp"
 
 namespace tapegrad {
@@ -24,6 +26,27 @@ int64_t row_stride(const Tensor& t) {
 }
 
 }  // namespace
+
+namespace detail {
+
+// kernels::gru_cell with recorded ops (gate order r, z, n; the kernel's h' = n + z (h - n)):
+//   r = s(x_r + h_r), z = s(x_z + h_z), n = tanh(x_n + r h_n), h' = n + z (h - n)
+Tensor gru_cell_composite(const Tensor& xp, const Tensor& hp, const Tensor& h) {
+  const int64_t H = h.size(1);
+  auto gate = [H](const Tensor& t, int i) { return narrow(t, 1, i * H, H); };
+  const Tensor r = sigmoid(add(gate(xp, 0), gate(hp, 0)));
+  const Tensor z = sigmoid(add(gate(xp, 1), gate(hp, 1)));
+  const Tensor n = tanh(add(gate(xp, 2), mul(r, gate(hp, 2))));
+  return add(n, mul(z, sub(h, n)));
+}
+
+// kernels::additive_score with recorded ops: scores[b, s] = sum_a v[a] tanh(keys[b, s, a] + query[b, a])
+Tensor additive_score_composite(const Tensor& keys, const Tensor& query, const Tensor& v) {
+  const Tensor t = tanh(add(keys, reshape(query, {query.size(0), 1, query.size(1)})));
+  return sum(mul(t, v), 2);
+}
+
+}  // namespace detail
 
 // xp, hp [B, 3H] (rows may be strided), h [B, H] -> h' [B, H]
 Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
@@ -48,6 +71,10 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
            [xp_in, hp_in, h_in, hp, h, rz, n, B, H, ps](const Tensor& dy) {
              // dn = dy (1-z), dz = dy (h-n), dh = dy z;  da_n = dn (1-n^2) = dxp_n, dhp_n = da_n r;
              // dr = da_n hp_n;  da_r = dr r (1-r), da_z = dz z (1-z) (= dxp and dhp for r and z)
+             if (creating_graph()) {
+               backward_through([&] { return detail::gru_cell_composite(xp_in, hp_in, h_in); }, dy);
+               return;
+             }
              visit_float(dy.dtype(), "backward", [&]<class T>() {
                auto output = [](const Tensor& t, Tensor* keep) -> kernels::GradOutput<T> {
                  if (!t.requires_grad()) return {};
@@ -87,6 +114,11 @@ Tensor additive_score(const Tensor& keys_in, const Tensor& query_in, const Tenso
            [keys_in, query_in, v_in, keys, query, v, B, S, A](const Tensor& dy) {
              // t = tanh(k + q);  g = dy[b,s] v (1 - t^2) = dk;  dq[b] = sum_s g[b,s,:];  dv = sum_{b,s}
              // dy[b,s] t
+             if (creating_graph()) {
+               backward_through([&] { return detail::additive_score_composite(keys_in, query_in, v_in); },
+                                dy);
+               return;
+             }
              visit_float(dy.dtype(), "backward", [&]<class T>() {
                // The kernel accumulates: a new gradient buffer starts from zero.
                const Tensor dk = keys_in.requires_grad() ? grad_buffer_zeroed(keys_in) : Tensor();

@@ -7,6 +7,22 @@ namespace tapegrad {
 
 using detail::visit_float;
 
+namespace {
+
+// What the embedding kernel computes, with recorded ops (its double backward goes through this):
+// onehot(ids) [n, V] @ table [V, C], reshaped to [..., C]. ids: contiguous int32, checked by embedding.
+Tensor embedding_composite(const Tensor& table, const Tensor& ids) {
+  const int64_t V = table.size(0), n = ids.numel();
+  const int32_t* id = ids.data<int32_t>();
+  std::vector<double> onehot(size_t(n * V), 0.0);
+  for (int64_t i = 0; i < n; ++i) onehot[size_t(i * V + id[i])] = 1.0;
+  Shape s = ids.shape();
+  s.push_back(table.size(1));
+  return reshape(matmul(Tensor::from_vector(onehot, {n, V}, table.dtype()), table), s);
+}
+
+}  // namespace
+
 // table [V, C], ids int32 [...] -> [..., C]
 Tensor embedding(const Tensor& table, const Tensor& ids) {
   detail::check_float(table, "embedding");
@@ -33,6 +49,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   if (should_record({&table})) {
     record(OpKind::embedding, {table}, y, [table, ic, n, C](const Tensor& dy) {
       // dtable[ids[i]] += dy[i]  (repeated ids accumulate)
+      if (creating_graph()) return backward_through([&] { return embedding_composite(table, ic); }, dy);
       Tensor dt = grad_buffer_zeroed(table);
       visit_float(table.dtype(), "backward", [&]<class T>() {
         kernels::embedding_backward<T>(n, C, ic.data<int32_t>(), dy.data<T>(), dt.data<T>());
@@ -55,6 +72,11 @@ Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
   if (should_record({&x_in})) {
     record(OpKind::dropout, {x_in}, y, [x_in, mask, p](const Tensor& dy) {
       // dx = dy * mask / (1 - p)
+      if (creating_graph()) {  // the same, the mask a constant tensor
+        std::vector<double> keep(mask->size());
+        for (size_t i = 0; i < keep.size(); ++i) keep[i] = (*mask)[i] ? 1.0 / (1.0 - p) : 0.0;
+        return accumulate_grad(x_in, mul(dy, Tensor::from_vector(keep, x_in.shape(), x_in.dtype())));
+      }
       Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(dy.dtype(), "backward", [&]<class T>() {
         const T keep = T(1.0 / (1.0 - p));

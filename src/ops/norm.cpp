@@ -5,6 +5,19 @@ namespace tapegrad {
 
 using detail::visit_float;
 
+namespace {
+
+// What the fused kernels compute, with recorded ops (layer_norm's double backward goes through this):
+// y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last axis, var the biased variance.
+Tensor layer_norm_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor xc = sub(x, mean(x, -1, true));
+  Tensor y = mul(xc, pow(add(mean(mul(xc, xc), -1, true), eps), -0.5));
+  if (weight.defined()) y = mul(y, weight);
+  return bias.defined() ? add(y, bias) : y;
+}
+
+}  // namespace
+
 // x [.., C], weight [C], bias [C] (either may be undefined) -> y [.., C]
 Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
   detail::check_float(x_in, "layer_norm");
@@ -32,9 +45,11 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     std::vector<Tensor> inputs = {x_in};
     if (weight.defined()) inputs.push_back(weight);
     if (bias.defined()) inputs.push_back(bias);
-    record(OpKind::layer_norm, std::move(inputs), y, [x_in, x, weight, w, bias, mean, rstd, rows, C](const Tensor& dy) {
+    record(OpKind::layer_norm, std::move(inputs), y,
+           [x_in, x, weight, w, bias, mean, rstd, rows, C, eps](const Tensor& dy) {
       // xhat = (x - mean) * rstd;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight;
       // dweight = sum_rows(dy * xhat);  dbias = sum_rows(dy)
+      if (creating_graph()) return backward_through([&] { return layer_norm_composite(x_in, weight, bias, eps); }, dy);
       Tensor dx = x_in.requires_grad() ? grad_buffer_zeroed(x_in) : Tensor();
       Tensor dw = weight.defined() && weight.requires_grad() ? grad_buffer_zeroed(weight) : Tensor();
       Tensor db = bias.defined() && bias.requires_grad() ? grad_buffer_zeroed(bias) : Tensor();

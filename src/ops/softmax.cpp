@@ -1,5 +1,6 @@
 // The softmax family, each a fused kernel for speed and numerical stability: softmax (with an
 // optional scale, additive mask and causal mask fused in), log_softmax, and cross-entropy from logits.
+#include <algorithm>
 #include <limits>
 
 #include "src/ops/op_util.hpp"
@@ -12,6 +13,67 @@ namespace {
 
 // Rows of x's last axis: [.., cols] -> rows = numel / cols.
 int64_t row_count(const Tensor& x) { return x.shape().at(-1) ? x.numel() / x.shape().at(-1) : 0; }
+
+// The maximum of s over its last axis [.., 1], as a constant (no history): the shift that keeps exp in
+// range. A row whose every element is -inf gets shift 0; when there is such a row and `empty` is given,
+// *empty is set to 1 on those rows and 0 elsewhere (else left undefined).
+Tensor row_max_constant(const Tensor& s, Tensor* empty = nullptr) {
+  NoGrad no_grad;
+  std::vector<double> m = max(s.detach(), -1, true).to_vector(), flags(m.size(), 0.0);
+  bool any_empty = false;
+  for (size_t r = 0; r < m.size(); ++r)
+    if (m[r] == -std::numeric_limits<double>::infinity()) m[r] = 0, flags[r] = 1, any_empty = true;
+  Shape shape = s.shape();
+  shape[shape.ndim() - 1] = 1;
+  if (empty && any_empty) *empty = Tensor::from_vector(flags, shape, s.dtype());
+  return Tensor::from_vector(m, shape, s.dtype());
+}
+
+// 1 where query i [Tq] may see key j [Tk] (j <= i + Tk - Tq: queries aligned to the last keys), else 0.
+Tensor causal_keep(int64_t tq, int64_t tk, DType dtype) {
+  std::vector<double> keep(size_t(tq * tk));
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t j = 0; j < tk; ++j) keep[size_t(i * tk + j)] = j <= i + tk - tq ? 1.0 : 0.0;
+  return Tensor::from_vector(keep, {tq, tk}, dtype);
+}
+
+// What the fused softmax kernel computes, with recorded ops (its double backward goes through this):
+// s = scale * x + mask, the causal keys set to -inf, y = exp(s - m) / sum(exp(s - m)) over the last axis,
+// with m the row maximum taken as a constant: softmax is shift-invariant, so that is exact. A row with
+// every key masked is zeros (its denominator gets 1 added). The mask is a constant, as in the kernel.
+Tensor softmax_composite(const Tensor& x, const SoftmaxSpec& spec) {
+  Tensor s = spec.scale == 1.0 ? x : mul(x, spec.scale);
+  if (spec.mask.defined()) s = add(s, spec.mask.detach());
+  if (spec.causal)
+    s = where(causal_keep(x.shape().at(-2), x.shape().at(-1), x.dtype()), s,
+              Tensor::full({}, -std::numeric_limits<double>::infinity(), x.dtype()));
+  Tensor empty;
+  const Tensor e = exp(sub(s, row_max_constant(s, &empty)));
+  const Tensor den = sum(e, -1, true);
+  return div(e, empty.defined() ? add(den, empty) : den);
+}
+
+// log_softmax with recorded ops: z - log(sum(exp(z))) over the last axis with z = x - m, m the row
+// maximum as a constant (exact: log_softmax is shift-invariant).
+Tensor log_softmax_composite(const Tensor& x) {
+  const Tensor z = sub(x, row_max_constant(x));
+  return sub(z, log(sum(exp(z), -1, true)));
+}
+
+// cross_entropy with recorded ops: -sum(log_softmax(logits) * W) where row r of the constant W is
+// ((1 - eps) onehot(t_r) + eps / V) / count, and zero for an ignored target (count: the others).
+// targets: contiguous int32, checked by cross_entropy.
+Tensor cross_entropy_composite(const Tensor& logits, const Tensor& targets, int ignore_index, double label_smoothing) {
+  const int64_t V = logits.shape().at(-1), rows = targets.numel();
+  const int32_t* t = targets.data<int32_t>();
+  const int64_t count = std::count_if(t, t + rows, [&](int32_t v) { return v != ignore_index; });
+  std::vector<double> w(size_t(logits.numel()), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    if (t[r] != ignore_index)
+      for (int64_t v = 0; v < V; ++v)
+        w[size_t(r * V + v)] = -(label_smoothing / double(V) + (v == t[r] ? 1 - label_smoothing : 0.0)) / double(count);
+  return sum(mul(log_softmax_composite(logits), Tensor::from_vector(w, logits.shape(), logits.dtype())));
+}
 
 }  // namespace
 
@@ -71,8 +133,9 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
   });
   if (should_record({&x_in})) {
     const double scale = spec.scale;
-    record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale](const Tensor& dy) {
+    record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale, spec](const Tensor& dy) {
       // dx = scale * y * (dy - sum(dy * y))
+      if (creating_graph()) return backward_through([&] { return softmax_composite(x_in, spec); }, dy);
       Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(y.dtype(), "backward", [&]<class T>() {
         kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale);
@@ -94,6 +157,7 @@ Tensor log_softmax(const Tensor& x_in) {
   if (should_record({&x_in})) {
     record(OpKind::log_softmax, {x_in}, y, [x_in, y, rows, cols](const Tensor& dy) {
       // dx = dy - exp(y) * sum(dy)
+      if (creating_graph()) return backward_through([&] { return log_softmax_composite(x_in); }, dy);
       Tensor dx = grad_buffer_zeroed(x_in);
       visit_float(y.dtype(), "backward", [&]<class T>() {
         kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>());
@@ -138,8 +202,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_
     *y.data<T>() = T(double(kernels::sum_all<T>(rows, row_loss.data<T>())) * inv);
   });
   if (recording) {
-    record(OpKind::cross_entropy, {logits_in}, y, [logits_in, grad](const Tensor& dy) {
+    record(OpKind::cross_entropy, {logits_in}, y,
+           [logits_in, grad, tg, ignore_index, label_smoothing](const Tensor& dy) {
       // dlogits = dy * (softmax(logits) - (1-eps) onehot(t) - eps/V) / count   (precomputed in forward)
+      if (creating_graph())
+        return backward_through(
+            [&] { return cross_entropy_composite(logits_in, tg, ignore_index, label_smoothing); }, dy);
       Tensor dx = grad_buffer_zeroed(logits_in);
       visit_float(grad.dtype(), "backward", [&]<class T>() {
         kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), true);
