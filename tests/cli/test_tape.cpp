@@ -2,12 +2,14 @@
 // optimizer (train::make_optimizer, as training builds it, in the state the run saved), not a
 // default Adam: an SGD run's tape holds one velocity buffer per parameter and the learning rate of
 // the step after the checkpoint.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli/process.hpp"
 
@@ -69,4 +71,55 @@ TEST_CASE("tape --checkpoint of an sgd run takes the run's next step with the ru
   CHECK(state < 1.2 * params);
   fs::remove_all(saved);
   fs::remove_all(straight);
+}
+
+namespace {
+
+// The op column of a tape dump's rows, in order.
+std::vector<std::string> tape_ops(const std::string& out) {
+  std::vector<std::string> ops;
+  std::istringstream in(out);
+  bool rows = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("entries: ", 0) == 0) break;
+    if (rows) {
+      std::istringstream fields(line);
+      std::string index, op;
+      fields >> index >> op;
+      ops.push_back(op);
+    }
+    rows = rows || line.find("  op  ") != std::string::npos;
+  }
+  return ops;
+}
+
+}  // namespace
+
+TEST_CASE("tape --order 2 shows the recorded backward's entries after the forward's", "[cli][tape]") {
+  const Run first = run("tape");
+  const Run second = run("tape --order 2");
+  INFO(first.out << second.out);
+  REQUIRE(first.code == 0);
+  REQUIRE(second.code == 0);
+  const std::vector<std::string> forward = tape_ops(first.out), both = tape_ops(second.out);
+  REQUIRE(forward == std::vector<std::string>{"linear", "relu", "linear", "cross_entropy"});
+  // The same forward first, then the backward as ops: linear's dx and dW are matmuls, relu's and the
+  // composite's derivatives unary_backward entries, then the squared norm of the gradient.
+  REQUIRE(both.size() > forward.size() + 10);
+  CHECK(std::vector<std::string>(both.begin(), both.begin() + 4) == forward);
+  const auto count = [&](const std::string& op) { return std::count(both.begin() + 4, both.end(), op); };
+  CHECK(count("matmul") == 3);  // dx of the second linear, dW of both
+  CHECK(count("unary_backward") >= 2);
+  CHECK(count("permute") >= 2);
+  CHECK(count("sum_all") >= 4);  // one per parameter's squared norm
+  CHECK(count("linear") == 0);  // the backward does not call the forward op
+  CHECK_THAT(second.out, Contains("order 2: forward, its backward recorded (create_graph)"));
+  CHECK_THAT(second.out, Contains("entries: " + std::to_string(both.size()) + " (" + std::to_string(both.size())));
+}
+
+TEST_CASE("tape --order 2 refuses a model's step, naming the option", "[cli][tape]") {
+  const Run r = run("tape --order 2 --model transformer");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Contains("--order 2"));
+  CHECK(run("tape --order 3").code != 0);
 }

@@ -2,11 +2,13 @@
 // print what it promises: a loss that fell by a real margin, an accuracy above the bar, a passed
 // gradient check, a sample of text. The figures are read back from the output, not hard-coded.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli/process.hpp"
 
@@ -125,4 +127,116 @@ TEST_CASE("custom_op: the user-defined op passes gradcheck, catches a wrong back
   CHECK_THAT(r.out, Catch::Contains("#1 swish(") && Catch::Contains("#3 swish("));  // on the tape, by name
   const auto [first, last] = two_numbers(line_starting(r.out, "mse "), "mse %lf -> %lf");
   CHECK(last < 0.02 * first);
+}
+
+namespace {
+
+// The numbers printed after each "label " in `out`'s lines that start with `prefix`, in order.
+std::vector<double> column(const std::string& out, const std::string& prefix, const std::string& label) {
+  std::vector<double> values;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const size_t at = line.find(label + " ");
+    REQUIRE(at != std::string::npos);
+    values.push_back(std::stod(line.substr(at + label.size() + 1)));
+  }
+  return values;
+}
+
+// The number that follows `label` in `out` (REQUIREd to be there).
+double number_after(const std::string& out, const std::string& label) {
+  const size_t at = out.find(label);
+  REQUIRE(at != std::string::npos);
+  return std::stod(out.substr(at + label.size()));
+}
+
+}  // namespace
+
+TEST_CASE("hessian_vector: hvp matches finite differences; power iteration converges to the dense eigenvalue",
+          "[examples]") {
+  const Run r = run_example("hessian_vector");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("321 parameters"));
+  CHECK(number_after(r.out, "max relative error ") < 1e-6);
+  // The Rayleigh quotients settle: the last few agree to many digits, the first ones did not.
+  const std::vector<double> q = column(r.out, "iteration ", "rayleigh");
+  REQUIRE(q.size() >= 5);
+  REQUIRE(q.size() < 300);
+  CHECK(std::abs(q.back() - q[q.size() - 2]) < 1e-8 * std::abs(q.back()));
+  CHECK(std::abs(q.back() - q[0]) > 1e-3 * std::abs(q.back()));
+  CHECK(number_after(r.out, "top eigenvalue: ") == Approx(q.back()).epsilon(1e-12));
+  CHECK(q.back() > 0);  // a minimum's sharpest direction curves upwards
+  // The tiny net: the full Hessian's largest eigenvalue (Jacobi) is the power iteration's.
+  const double power = number_after(r.out, "tiny net top eigenvalue: power iteration ");
+  const double jacobi = number_after(r.out, "Jacobi on hessian() ");
+  CHECK(power == Approx(jacobi).epsilon(1e-8));
+  CHECK(number_after(r.out, "symmetric to ") < 1e-10);
+}
+
+TEST_CASE("newton_logistic: Newton converges quadratically to 1e-10 in under 10 steps, gradient descent does not",
+          "[examples]") {
+  const Run r = run_example("newton_logistic");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::vector<double> newton = column(r.out, "iteration ", "newton"), gd = column(r.out, "iteration ", "gd");
+  REQUIRE(newton.size() >= 10);
+  REQUIRE(gd.size() == newton.size());
+  size_t reached = newton.size();
+  for (size_t k = 0; k < newton.size() && reached == newton.size(); ++k)
+    if (newton[k] < 1e-10) reached = k;
+  CHECK(reached < 10);
+  // Quadratic: once close, each step's error is about the square of the last (the exponent doubles):
+  // log e_{k+1} / log e_k near 2, where a linear method keeps it near 1.
+  int quadratic_steps = 0;
+  for (size_t k = 0; k + 1 < newton.size(); ++k)
+    if (newton[k] < 1e-2 && newton[k + 1] > 1e-14) {
+      CHECK(std::log(newton[k + 1]) / std::log(newton[k]) > 1.7);
+      ++quadratic_steps;
+    }
+  CHECK(quadratic_steps >= 2);
+  REQUIRE(reached < gd.size());
+  CHECK(gd[reached] > 1e-2);  // gradient descent is still far when Newton has converged
+  for (size_t k = 1; k < gd.size(); ++k) CHECK(gd[k] < gd[k - 1]);  // ...though its safe step always helps
+  CHECK(number_after(r.out, "gradient descent needed ") > 50);
+}
+
+TEST_CASE("gradient_penalty: the penalty's gradient matches finite differences; loss and penalty both fall",
+          "[examples]") {
+  const Run r = run_example("gradient_penalty");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::vector<double> errors = column(r.out, "d(penalty)/d ", "relative error");
+  REQUIRE(errors.size() == 4);  // one entry of each of the four weights
+  for (double e : errors) CHECK(e < 1e-6);
+  CHECK(count_lines_starting(r.out, "step ") >= 5);
+  const auto [loss0, loss1] = two_numbers(line_starting(r.out, "loss "), "loss %lf -> %lf");
+  const auto [pen0, pen1] = two_numbers(line_starting(r.out, "loss "), "loss %*f -> %*f, penalty %lf -> %lf");
+  CHECK(loss1 < 0.1 * loss0);
+  CHECK(pen1 < 0.2 * pen0);
+  // Trained without the penalty, the same model ends with a larger one.
+  const auto [plain_loss, plain_pen] = two_numbers(line_starting(r.out, "trained on the loss alone instead: "),
+                                                   "trained on the loss alone instead: loss %lf, penalty %lf");
+  CHECK(plain_pen > pen1);
+  (void)plain_loss;
+}
+
+TEST_CASE("meta_gradient: d L_val / d lr matches its closed form and finite differences; tuning lr helps",
+          "[examples]") {
+  const Run r = run_example("meta_gradient");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(number_after(r.out, "one step, a = 0.05: d L_val(w')/d a = ") ==
+        Approx(number_after(r.out, "-<grad L_val(w'), grad L_train(w)> = ")).epsilon(1e-10));
+  const std::vector<double> errors = column(r.out, "3 unrolled steps: ", "relative error");
+  REQUIRE(errors.size() == 2);  // in the learning rate and in one weight
+  for (double e : errors) CHECK(e < 1e-6);
+  const std::vector<double> lr = column(r.out, "outer ", "lr"), val = column(r.out, "outer ", "val loss");
+  REQUIRE(lr.size() == 20);
+  CHECK(lr.back() > 3 * lr.front());  // 0.01 is far too small for 5 steps: the meta-gradient raises it
+  CHECK(val.back() < 0.8 * val.front());
+  const auto [before, after] =
+      two_numbers(line_starting(r.out, "lr 0.0100 -> "), "lr 0.0100 -> %*f: val loss after 5 steps %lf -> %lf");
+  CHECK(after < 0.8 * before);
 }

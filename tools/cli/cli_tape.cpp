@@ -115,7 +115,10 @@ void print_rows(const std::vector<const TapeRow*>& rows) {
 }
 
 // The small MLP of the README, recorded the same way (forward, backward): the tape at its simplest.
-void record_mlp(TapeRecorder& rec) {
+// At order 2 the backward is recorded too (grad with create_graph: the gradient's own entries follow
+// the forward's), then the squared norm of that gradient is backpropagated through them, as a
+// gradient penalty or a Hessian-vector product does.
+void record_mlp(TapeRecorder& rec, int order) {
   Generator gen(0);
   Tensor x = Tensor::randn({4, 3}, gen);
   Tensor w1 = Tensor::randn({8, 3}, gen).requires_grad_(), b1 = Tensor::zeros({8}).requires_grad_();
@@ -123,7 +126,14 @@ void record_mlp(TapeRecorder& rec) {
   w1.impl()->name = "w1", b1.impl()->name = "b1", w2.impl()->name = "w2", b2.impl()->name = "b2";
   ObserveScope watch(rec);
   const Tensor loss = cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), Tensor::from_ids({0, 1, 1, 0}, {4}));
-  backward(loss);
+  if (order == 1) {
+    backward(loss);
+    return;
+  }
+  const std::vector<Tensor> g = grad({loss}, {w1, b1, w2, b2}, {.create_graph = true});
+  Tensor norm2 = sum(mul(g[0], g[0]));
+  for (size_t i = 1; i < g.size(); ++i) norm2 = add(norm2, sum(mul(g[i], g[i])));
+  backward(norm2);
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -137,6 +147,7 @@ Runner add_tape(CLI::App& app) {
   struct Args {
     std::string checkpoint, valid, dot, json, filter, sort = "saved";
     int64_t top = 0;
+    int order = 1;
   };
   auto a = std::make_shared<Args>();
   auto run = tiny_run_args();
@@ -163,15 +174,26 @@ Runner add_tape(CLI::App& app) {
   sub->add_option("--filter", a->filter, "Print only the rows of this op (e.g. linear)");
   sub->add_option("--top", a->top, "Print only the N rows with the largest --sort key")->check(int_range(1, 1 << 30));
   sub->add_option("--sort", a->sort, "Key of --top: saved | time")->check(CLI::IsMember({"saved", "time"}));
+  sub->add_option("--order", a->order,
+                  "2: record the MLP's backward too (create_graph) and backpropagate the squared norm of its "
+                  "gradient, so the backward's own entries show")
+      ->capture_default_str()
+      ->check(CLI::IsMember({1, 2}));
   auto* lengths_given = sub->get_option("--min-len");
   return [a, run, mlp, sub, lengths_given] {
     TapeRecorder rec;
     std::string what;
     int64_t params = 0, grads = 0, optimizer_state = 0, peak = 0, before = 0, rss_growth = 0;
     std::optional<train::StepResult> step;  // a model's step (not the MLP's forward and backward)
+    if (a->order == 2 && !(*mlp && a->checkpoint.empty())) {
+      std::fprintf(stderr, "tapegrad tape: --order 2 records the MLP (the default --model), not a model's step\n");
+      return 2;
+    }
     if (*mlp && a->checkpoint.empty()) {
-      record_mlp(rec);
-      what = "a 3-8-2 MLP on 4 examples";
+      record_mlp(rec, a->order);
+      what = a->order == 1 ? "a 3-8-2 MLP on 4 examples"
+                           : "a 3-8-2 MLP on 4 examples, order 2: forward, its backward recorded (create_graph), "
+                             "then the backward of the gradient's squared norm";
     } else {
       StepSubject s;
       if (a->checkpoint.empty()) {
