@@ -50,7 +50,7 @@ void functional(benchmark::State& state, What what) {
         break;
       }
       case What::vjp:
-        benchmark::DoNotOptimize(vjp(f, in, one).grads[0].item());
+        benchmark::DoNotOptimize(vjp(f, in, one).grads[1].data<float>()[0]);
         break;
       case What::jvp:
         benchmark::DoNotOptimize(jvp(f, in, t).tangent.item());
