@@ -17,6 +17,9 @@ namespace {
 // innermost, so nesting and reuse work.
 template <class Scope>
 struct ScopeContext {
+  ScopeContext() = default;
+  ScopeContext(const ScopeContext&) = delete;  // (vector<unique_ptr> claims to be copyable)
+  ScopeContext& operator=(const ScopeContext&) = delete;
   std::vector<std::unique_ptr<Scope>> open;
 };
 
@@ -30,7 +33,7 @@ void bind_scope(py::module_& m, const char* cls_name, const char* fn_name, const
         if (!c.open.empty()) c.open.pop_back();
         return false;
       });
-  m.def(fn_name, [] { return C(); }, doc);
+  m.def(fn_name, [] { return std::make_unique<C>(); }, doc);
 }
 
 // A Python callable as the library's function of a tensor list: called as fn(*inputs) under the GIL.
@@ -42,7 +45,7 @@ TensorFn tensor_fn(py::function fn) {
     for (size_t i = 0; i < xs.size(); ++i) args[i] = py::cast(xs[i]);
     py::object out = (*f)(*args);
     if (!py::isinstance<Tensor>(out))
-      throw py::type_error("the function must return a tapegrad.Tensor, not " + std::string(py::str(py::type::of(out))));
+      throw py::type_error("the function must return a tapegrad.Tensor, not " + py::type::of(out).attr("__name__").cast<std::string>());
     return out.cast<Tensor>();
   };
 }

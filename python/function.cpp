@@ -32,14 +32,14 @@ py::object apply(py::object cls, py::args args) {
     }
     ctx.needs_input_grad.push_back(is_tensor && args[i].cast<Tensor>().requires_grad() && grad_enabled());
   }
-  const std::string name = py::str(cls.attr("__name__"));
+  const std::string name = cls.attr("__name__").cast<std::string>();
   py::object out;
   {
     NoGrad no_grad;
     out = cls.attr("forward")(ctx_obj, *args);
   }
   if (!py::isinstance<Tensor>(out))
-    throw py::type_error(name + ".forward must return one tapegrad.Tensor, not " + std::string(py::str(py::type::of(out))));
+    throw py::type_error(name + ".forward must return one tapegrad.Tensor, not " + py::type::of(out).attr("__name__").cast<std::string>());
   const Tensor output = out.cast<Tensor>();
   if (!should_record(inputs)) return out;
   const size_t nargs = args.size();

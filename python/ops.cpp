@@ -24,8 +24,9 @@ std::vector<int64_t> dims_of(py::args args) {
 void bind_ops(py::module_& m, py::module_& ops) {
   py::class_<Tensor> cls = m.attr("Tensor");
   // Defines `name` in tapegrad.ops and, when `method`, as a Tensor method (the tensor first).
-  auto both = [&](const char* name, bool method, auto fn, const char* doc, auto... extra) {
-    ops.def(name, fn, Release(), doc, extra...);
+  // `first` names the tensor argument in tapegrad.ops; a method has none (it is self).
+  auto both = [&](const char* name, bool method, auto fn, const char* doc, py::arg first, auto... extra) {
+    ops.def(name, fn, Release(), doc, first, extra...);
     if (method) cls.def(name, fn, Release(), doc, extra...);
   };
   using T = const Tensor&;
@@ -124,7 +125,7 @@ void bind_ops(py::module_& m, py::module_& ops) {
   auto reduction = [&](const char* name, auto all, auto along, const char* doc) {
     both(
         name, true,
-        [all, along](T a, std::optional<int> axis, bool keepdim) {
+        [all, along, doc](T a, std::optional<int> axis, bool keepdim) {
           if (!axis) {
             if (keepdim) throw ShapeError(std::string(doc) + ": keepdim needs an axis");
             return all(a);
@@ -147,14 +148,11 @@ void bind_ops(py::module_& m, py::module_& ops) {
     py::gil_scoped_release r;
     return softmax(a, spec);
   };
-  for (bool method : {false, true}) {
-    const char* doc = "softmax(scale * x + mask) over the last axis (causal masks key j > query i)";
-    auto args = std::make_tuple(py::arg("scale") = 1.0, py::arg("mask") = py::none(), py::arg("causal") = false);
-    if (method)
-      cls.def("softmax", softmax_fn, doc, x, std::get<0>(args), std::get<1>(args), std::get<2>(args));
-    else
-      ops.def("softmax", softmax_fn, doc, x, std::get<0>(args), std::get<1>(args), std::get<2>(args));
-  }
+  const char* softmax_doc = "softmax(scale * x + mask) over the last axis (causal masks key j > query i)";
+  ops.def("softmax", softmax_fn, softmax_doc, x, py::arg("scale") = 1.0, py::arg("mask") = py::none(),
+          py::arg("causal") = false);
+  cls.def("softmax", softmax_fn, softmax_doc, py::arg("scale") = 1.0, py::arg("mask") = py::none(),
+          py::arg("causal") = false);
   both("log_softmax", true, [](T a) { return log_softmax(a); }, "log(softmax(x)) over the last axis", x);
   ops.def("cross_entropy",
           [](T logits, T targets, int ignore_index, double label_smoothing) {

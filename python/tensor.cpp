@@ -45,7 +45,7 @@ DType target_dtype(const py::dtype& d) {
     case 'i':
     case 'u': return DType::i32;
     default:
-      throw DTypeError("tensor: numpy dtype " + std::string(py::str(d)) +
+      throw DTypeError("tensor: numpy dtype " + d.attr("name").cast<std::string>() +
                        " has no tapegrad dtype (float32, float64, int32; integers and bools are converted)");
   }
 }
@@ -95,7 +95,7 @@ bool as_number(py::handle h, double* out) {
 
 DType parse_dtype(py::handle h) {
   if (h.is_none()) return DType::f32;
-  const std::string s = py::isinstance<py::str>(h) ? h.cast<std::string>() : std::string(py::str(py::dtype::from_args(py::reinterpret_borrow<py::object>(h))));
+  const std::string s = py::isinstance<py::str>(h) ? h.cast<std::string>() : py::dtype::from_args(py::reinterpret_borrow<py::object>(h)).attr("name").cast<std::string>();
   if (s == "float32" || s == "f32") return DType::f32;
   if (s == "float64" || s == "f64") return DType::f64;
   if (s == "int32" || s == "i32") return DType::i32;
@@ -136,9 +136,9 @@ Tensor compare(const Tensor& a, py::handle b, Cmp cmp) {
     for (int64_t i = 0, n = out.numel(); i < n; ++i) y[i] = cmp(x[i]) ? T(1) : T(0);
   };
   if (d.dtype() == DType::f64)
-    fill.operator()<double>();
+    fill.template operator()<double>();
   else if (d.dtype() == DType::f32)
-    fill.operator()<float>();
+    fill.template operator()<float>();
   else
     throw DTypeError("comparison: needs float32 or float64 operands, got " + d.describe());
   return out;
@@ -186,7 +186,7 @@ Tensor index(const Tensor& self, py::handle key) {
       t = reshape(narrow(t, axis, i, 1), s);
     } else {
       throw IndexError("index: only ints, slices, Ellipsis and None index a tensor, not " +
-                       std::string(py::str(py::type::of(item))) +
+                       py::type::of(item).attr("__name__").cast<std::string>() +
                        " (ops.embedding gathers rows, ops.where selects)");
     }
   }
@@ -198,7 +198,7 @@ Tensor index(const Tensor& self, py::handle key) {
 Tensor to_tensor(py::handle obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   py::array a = py::array::ensure(obj);
-  if (!a) throw DTypeError("tensor: cannot make a tensor of a " + std::string(py::str(py::type::of(obj))));
+  if (!a) throw DTypeError("tensor: cannot make a tensor of a " + py::type::of(obj).attr("__name__").cast<std::string>());
   return from_array(a);
 }
 
@@ -312,9 +312,7 @@ void bind_tensor(py::module_& m) {
       "Shown in tape dumps (parameters get their module path).");
   cls.def("__repr__", [](const Tensor& t) {
     if (!t.defined()) return std::string("tensor(undefined)");
-    std::string s = t.to_string();
-    if (t.requires_grad()) s += t.is_leaf() ? ", requires_grad=True" : ", grad_fn=True";
-    return s;
+    return t.to_string();
   });
   cls.def("describe", &Tensor::describe);
   cls.def("__hash__", [](const Tensor& t) { return std::hash<const void*>()(t.impl()); });

@@ -95,7 +95,7 @@ def test_attributes_repr_and_item():
     t = tg.tensor(np.array([[1.5, 2.0]]), requires_grad=True)
     assert t.requires_grad and t.is_leaf and t.grad is None
     assert t.ndim == 2 and len(t) == 1 and t.numel() == 2
-    assert "float64" in repr(t) and "requires_grad=True" in repr(t)
+    assert "float64" in repr(t) and "requires_grad=true" in repr(t)
     assert t[0, 1].item() == 2.0
     assert float(t.sum()) == 3.5
     with pytest.raises(tg.ShapeError, match="one-element|single|size"):
