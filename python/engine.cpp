@@ -1,5 +1,6 @@
 // The engine from Python: backward and grad (with create_graph), no_grad / enable_grad as context
-// managers, the current tape and its entries, gradcheck and gradgradcheck on a Python function, and
+// managers, the current tape and its entries, the instruments (TapeRecorder's rows, saved bytes and
+// DOT; anomaly mode) as context managers, gradcheck and gradgradcheck on a Python function, and
 // the functional transforms (vjp, jvp, hvp, jacobian, hessian). Walks release the GIL; a Python
 // function the library calls back (gradcheck's, a transform's, a custom op's backward) takes it again.
 #include <memory>
@@ -8,6 +9,7 @@
 #include "bindings.hpp"
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/functional.hpp"
+#include "tapegrad/instruments.hpp"
 
 namespace tapegrad::python {
 
@@ -78,6 +80,17 @@ py::list entries_of(const Tape& tape) {
   for (const TapeEntry& e : tape.entries()) out.append(EntryView{entry_name(e), e.inputs, e.output});
   return out;
 }
+
+// `with TapeRecorder() as rec:` watches this thread's tape for the block (an ObserveScope).
+struct Recorder {
+  TapeRecorder recorder;
+  std::unique_ptr<ObserveScope> scope;
+};
+
+// `with detect_anomaly():` raises NonFiniteError at the first non-finite output or gradient.
+struct Anomaly {
+  std::unique_ptr<AnomalyMode> mode;
+};
 
 py::tuple shape_of(const Tensor& t) {
   if (!t.defined()) return py::tuple();
@@ -159,6 +172,43 @@ void bind_engine(py::module_& m) {
   m.def("current_tape", &current_tape, py::return_value_policy::reference,
         "This thread's current tape (valid while the thread lives).");
   m.def("dump", [] { return current_tape().dump(); }, "current_tape().dump()");
+
+  // ---- instruments
+  py::class_<TapeRow>(m, "TapeRow", "What TapeRecorder saw of one entry.")
+      .def_readonly("index", &TapeRow::index)
+      .def_property_readonly("op", [](const TapeRow& r) { return std::string(op_name(r.op)); })
+      .def_property_readonly("output_shape", [](const TapeRow& r) { return r.output_shape.vec(); })
+      .def_readonly("inputs", &TapeRow::inputs, "a parameter's name, '#k' for entry k's output, or 'input'")
+      .def_readonly("saved_bytes", &TapeRow::saved_bytes)
+      .def_readonly("forward_us", &TapeRow::forward_us)
+      .def_readonly("backward_us", &TapeRow::backward_us)
+      .def_readonly("grad_norm", &TapeRow::grad_norm, "-1 if no gradient reached it")
+      .def_readonly("depth", &TapeRow::depth);
+  py::class_<Recorder>(m, "TapeRecorder",
+                       "with tapegrad.TapeRecorder() as rec: forward and backward; then rec.rows, rec.dot(), rec.json()")
+      .def(py::init<>())
+      .def("__enter__", [](Recorder& r) -> Recorder& {
+        if (r.scope) throw AutogradError("TapeRecorder: already watching");
+        r.scope = std::make_unique<ObserveScope>(r.recorder);
+        return r;
+      }, py::return_value_policy::reference)
+      .def("__exit__", [](Recorder& r, py::args) {
+        r.scope.reset();
+        return false;
+      })
+      .def_property_readonly("rows", [](const Recorder& r) { return r.recorder.rows(); })
+      .def_property_readonly("saved_bytes", [](const Recorder& r) { return r.recorder.saved_bytes(); })
+      .def_property_readonly("critical_path", [](const Recorder& r) { return r.recorder.critical_path(); })
+      .def("dot", [](const Recorder& r) { return r.recorder.dot(); }, "the graph as Graphviz DOT")
+      .def("json", [](const Recorder& r) { return r.recorder.json(); });
+  py::class_<Anomaly>(m, "_AnomalyContext")
+      .def("__enter__", [](Anomaly& a) { a.mode = std::make_unique<AnomalyMode>(); })
+      .def("__exit__", [](Anomaly& a, py::args) {
+        a.mode.reset();
+        return false;
+      });
+  m.def("detect_anomaly", [] { return std::make_unique<Anomaly>(); },
+        "with tapegrad.detect_anomaly(): NonFiniteError at the first NaN/Inf output or gradient, naming the op");
 
   // ---- gradient checks
   py::class_<GradcheckResult>(m, "GradcheckResult", "gradcheck's outcome; true when it passed.")

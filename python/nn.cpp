@@ -1,5 +1,7 @@
-// tapegrad.nn and tapegrad.optim: the basic layers (Linear, Embedding, LayerNorm), Module's
-// parameters and modes, nn.save / nn.load, and the optimizers SGD, Adam, AdamW with clip_grad_norm.
+// tapegrad.nn and tapegrad.optim: the basic layers (Linear, Embedding, LayerNorm), multi-head
+// attention, the decoder-only GPT model with generate, Module's parameters and modes, nn.save /
+// nn.load, and the optimizers SGD, Adam, AdamW with clip_grad_norm. Dropout draws from this thread's
+// default generator.
 // A layer's initialisation draws from Generator(seed), or this thread's default generator when no
 // seed is given. An optimizer step releases the GIL.
 #include <memory>
@@ -7,6 +9,8 @@
 
 #include "bindings.hpp"
 #include "tapegrad/io.hpp"
+#include "tapegrad/models/gpt.hpp"
+#include "tapegrad/nn/attention.hpp"
 #include "tapegrad/nn/layers.hpp"
 #include "tapegrad/nn/module.hpp"
 #include "tapegrad/optim.hpp"
@@ -81,6 +85,60 @@ void bind_nn(py::module_& m, py::module_& nn, py::module_& optim) {
       .def_property_readonly("bias", [](const nn::LayerNorm& l) -> py::object {
         return l.bias.defined() ? py::cast(l.bias) : py::none();
       });
+  py::class_<nn::MultiHeadAttention, nn::Module, std::shared_ptr<nn::MultiHeadAttention>>(
+      nn, "MultiHeadAttention", "query [B, Tq, C] over memory [B, Tk, C] (itself when None) -> [B, Tq, C]")
+      .def(py::init([](int64_t dim, int64_t heads, double dropout, bool bias, std::optional<uint64_t> seed) {
+             return with_generator(seed, [&](Generator& g) {
+               return std::make_shared<nn::MultiHeadAttention>(dim, heads, dropout, g, bias);
+             });
+           }),
+           py::arg("dim"), py::arg("heads"), py::arg("dropout") = 0.0, py::arg("bias") = true,
+           py::arg("seed") = py::none())
+      .def(
+          "__call__",
+          [](nn::MultiHeadAttention& a, const Tensor& query, py::handle memory, py::handle mask, bool causal) {
+            const Tensor mem = memory.is_none() ? query : to_tensor(memory);
+            const Tensor mk = mask.is_none() ? Tensor() : to_tensor(mask);
+            py::gil_scoped_release r;
+            return a.forward(query, mem, mk, causal, default_generator());
+          },
+          py::arg("query"), py::arg("memory") = py::none(), py::arg("mask") = py::none(), py::arg("causal") = false)
+      .def_property_readonly("heads", &nn::MultiHeadAttention::heads);
+  py::class_<models::Gpt, nn::Module, std::shared_ptr<models::Gpt>>(nn, "GPT",
+                                                                     "The decoder-only Transformer: ids [B, T] -> logits [B, T, V]")
+      .def(py::init([](int64_t vocab_size, int64_t d_model, int64_t layers, int64_t heads, int64_t d_ff,
+                       int64_t block_size, double dropout, const std::string& activation, bool norm_first,
+                       uint64_t seed) {
+             models::ModelConfig c;
+             c.kind = models::ModelKind::gpt;
+             c.vocab_size = vocab_size;
+             c.d_model = d_model;
+             c.layers = layers;
+             c.heads = heads;
+             c.d_ff = d_ff;
+             c.max_len = block_size;
+             c.dropout = dropout;
+             c.activation = nn::parse_activation(activation);
+             c.norm_first = norm_first;
+             c.validate();
+             return std::make_shared<models::Gpt>(c, seed);
+           }),
+           py::arg("vocab_size"), py::arg("d_model") = 128, py::arg("layers") = 2, py::arg("heads") = 4,
+           py::arg("d_ff") = 512, py::arg("block_size") = 128, py::arg("dropout") = 0.0,
+           py::arg("activation") = "gelu-tanh", py::arg("norm_first") = true, py::arg("seed") = 0)
+      .def("__call__", [](models::Gpt& g, const Tensor& ids) { return g.forward(ids); }, Release(), py::arg("ids"))
+      .def_property_readonly("block_size", &models::Gpt::block_size)
+      .def(
+          "generate",
+          [](models::Gpt& g, const std::vector<int32_t>& prompt, int64_t max_new_tokens, double temperature,
+             int64_t top_k, uint64_t seed, bool use_cache) {
+            return models::generate(g, prompt,
+                                    {.max_new_tokens = max_new_tokens, .temperature = temperature, .top_k = top_k,
+                                     .seed = seed, .use_cache = use_cache});
+          },
+          Release(), "the prompt's ids followed by max_new_tokens sampled ones (temperature 0: greedy)",
+          py::arg("prompt"), py::arg("max_new_tokens") = 100, py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+          py::arg("seed") = 1, py::arg("use_cache") = true);
   nn.def("save", [](const nn::Module& mod, const std::string& path) { nn::save(mod, path); }, Release(),
          "every parameter to a .safetensors file under its dotted name (atomically, checksummed)",
          py::arg("module"), py::arg("path"));

@@ -155,13 +155,15 @@ Tensor index(const Tensor& self, py::handle key) {
     throw IndexError("index: " + std::to_string(consumed) + " indices for a tensor of shape " +
                      to_string(self.shape()));
   Tensor t = self;
-  int axis = 0;
+  int axis = 0;      // in t
+  int src_axis = 0;  // the same axis in self, for messages
   bool ellipsis = false;
   for (auto item : items) {
     if (item.is(py::ellipsis())) {
       if (ellipsis) throw IndexError("index: at most one Ellipsis");
       ellipsis = true;
       axis += self.ndim() - consumed;
+      src_axis += self.ndim() - consumed;
     } else if (item.is_none()) {
       Shape s = t.shape();
       s.insert(axis++, 1);
@@ -171,15 +173,17 @@ Tensor index(const Tensor& self, py::handle key) {
       if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
       const Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(t.size(axis)), &start, &stop, step);
       if (step != 1)
-        throw IndexError("index: slice step " + std::to_string(step) + " on axis " + std::to_string(axis) +
-                         " of shape " + to_string(t.shape()) + ": only step 1 is a view (use numpy for others)");
+        throw IndexError("index: slice step " + std::to_string(step) + " on axis " + std::to_string(src_axis) +
+                         " of shape " + to_string(self.shape()) + ": only step 1 is a view (use numpy for others)");
       t = narrow(t, axis++, start, len);
+      ++src_axis;
     } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
       int64_t i = py::reinterpret_borrow<py::object>(item).cast<int64_t>();
       const int64_t n = t.size(axis);
       if (i < -n || i >= n)
-        throw IndexError("index: " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) +
-                         " of shape " + to_string(t.shape()));
+        throw IndexError("index: " + std::to_string(i) + " is out of range for axis " + std::to_string(src_axis) +
+                         " of shape " + to_string(self.shape()));
+      ++src_axis;
       if (i < 0) i += n;
       Shape s = t.shape();
       s.erase(axis);

@@ -104,7 +104,7 @@ def test_the_tape_shows_its_entries():
     w = leaf(3, 4)
     y = (x @ w).relu().sum()
     entries = tape.entries
-    assert [e.op for e in entries] == ["matmul", "relu", "sum"]
+    assert [e.op for e in entries] == ["matmul", "relu", "sum_all"]
     assert entries[0].input_shapes == [(2, 3), (3, 4)] and entries[0].output_shape == (2, 4)
     assert entries[2].output_shape == ()
     assert entries[0].inputs[0].same(x)
@@ -152,3 +152,30 @@ def test_a_python_exception_inside_a_callback_propagates():
         tg.jacobian(f, tg.tensor(np.ones(2)))
     with pytest.raises(TypeError, match="must return a tapegrad.Tensor"):
         tg.gradcheck(lambda x: 3, [leaf(2)])
+
+
+def test_the_tape_recorder_gives_rows_saved_bytes_and_dot():
+    w = tg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    w.name = "w"
+    x = tg.tensor(rng.standard_normal((2, 3)))
+    with tg.TapeRecorder() as rec:
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+    rows = rec.rows
+    assert [r.op for r in rows] == ["matmul", "tanh", "sum_all"]
+    assert rows[0].inputs == ["input", "w"] and rows[1].inputs == ["#0"]
+    assert rows[1].output_shape == [2, 4]
+    assert rows[1].saved_bytes > 0 and rec.saved_bytes >= rows[1].saved_bytes
+    assert all(r.grad_norm >= 0 for r in rows)
+    assert rec.critical_path == 3
+    assert "digraph" in rec.dot() and "matmul" in rec.dot()
+    assert '"entries"' in rec.json()
+
+
+def test_anomaly_mode_names_the_op():
+    x = tg.tensor(np.array([-1.0, 1.0]), requires_grad=True)
+    with pytest.raises(tg.NonFiniteError, match="log") as e:
+        with tg.detect_anomaly():
+            x.log()
+    assert isinstance(e.value, ArithmeticError)
+    x.log()  # off again after the block: no error, just NaN

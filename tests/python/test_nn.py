@@ -69,3 +69,32 @@ def test_module_modes_and_dtype():
     assert lin.training
     lin.to("float64")
     assert lin.weight.dtype == "float64"
+
+
+def test_multi_head_attention_self_and_cross():
+    mha = nn.MultiHeadAttention(8, 2, seed=0)
+    x = tg.tensor(np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32))
+    y = mha(x, causal=True)
+    assert y.shape == (2, 5, 8)
+    m = tg.tensor(np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32))
+    assert mha(x, m).shape == (2, 5, 8)
+    # causal: position 0 sees itself only, so changing later positions leaves it alone
+    x2 = x.numpy().copy()
+    x2[:, 1:] += 1.0
+    np.testing.assert_allclose(mha(tg.tensor(x2), causal=True).numpy()[:, 0], y.numpy()[:, 0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(tg.ShapeError):
+        nn.MultiHeadAttention(7, 2)
+
+
+def test_a_tiny_gpt_overfits_a_sequence_and_generates_it():
+    seq = np.array([[1, 2, 3, 4, 5, 6, 7, 0]], np.int32)
+    model = nn.GPT(vocab_size=8, d_model=32, layers=1, heads=2, d_ff=64, block_size=8, seed=0)
+    opt = optim.AdamW(model, lr=3e-3, weight_decay=0.0)
+    ids, targets = tg.tensor(seq[:, :-1]), tg.tensor(seq[:, 1:].copy())
+    for _ in range(60):
+        loss = tg.ops.cross_entropy(model(ids), targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert loss.item() < 0.1
+    assert model.generate([1], max_new_tokens=6, temperature=0.0) == [1, 2, 3, 4, 5, 6, 7]

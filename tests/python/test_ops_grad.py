@@ -60,7 +60,7 @@ ROWS = [
     ("linear [2,3]x[4,3]+[4]", lambda x, w, b: ops.linear(x, w, b), [normal(2, 3), normal(4, 3), normal(4)]),
     ("linear no bias", lambda x, w: ops.linear(x, w), [normal(2, 3), normal(4, 3)]),
     ("reshape [2,6]->[3,4]", lambda a: a.reshape(3, 4) * tg.tensor(np.arange(12.0).reshape(3, 4)), [normal(2, 6)]),
-    ("transpose [2,3,4] 0,2", lambda a: ops.transpose(a, 0, 2).contiguous(), [normal(2, 3, 4)]),
+    ("transpose [2,3,4] 0,2, contiguous", lambda a: ops.transpose(a, 0, 2).contiguous(), [normal(2, 3, 4)]),
     ("permute [2,3,4] (2,0,1)", lambda a: a.permute(2, 0, 1), [normal(2, 3, 4)]),
     ("narrow [5,3] axis 0", lambda a: ops.narrow(a, 0, 1, 3), [normal(5, 3)]),
     ("concat axis 1", lambda a, b: ops.concat([a, b], 1), [normal(2, 3), normal(2, 2)]),
