@@ -8,7 +8,8 @@
 /// functions live in ops.hpp; the member functions here that return tensors forward to them (defined
 /// in the ops layer, src/ops/tensor_methods.cpp, so the tensor layer depends on nothing above it).
 /// Storage comes from a caching allocator (see memory.hpp), so steady-state training takes no fresh
-/// pages from the OS.
+/// pages from the OS; or it wraps memory someone else owns (a numpy array, for the Python module),
+/// keeping that owner alive.
 #pragma once
 
 #include <cstdint>
