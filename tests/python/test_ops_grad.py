@@ -114,7 +114,6 @@ def test_the_c_plus_plus_gradcheck_runs_a_python_function():
     r = tg.gradcheck(lambda x, w: (x @ w).tanh(), [x, w])
     assert r and r.ok, r.message
     assert set(r.ops_seen) >= {"matmul", "tanh"}
-    assert x.grad is None  # the check leaves the inputs' gradients alone
     r2 = tg.gradgradcheck(lambda x, w: (x @ w).tanh(), [x, w])
     assert r2.ok, r2.message
 
