@@ -132,3 +132,19 @@ def test_gradcheck_fails_a_wrong_backward():
     r = tg.gradcheck(lambda x: Bad.apply(x), [x])
     assert not r
     assert "Bad" in r.message or r.worst_input == 0
+
+
+def test_the_finite_difference_check_catches_a_wrong_gradient():
+    class Wrong(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            return dy * x  # wrong: 2 x dy
+
+    with pytest.raises(AssertionError):
+        check_grad(lambda x: Wrong.apply(x), [normal(3)])
