@@ -360,8 +360,21 @@ void bind_tensor(py::module_& m) {
   cls.def("__le__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d <= 0; }); });
   cls.def("__gt__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d > 0; }); });
   cls.def("__ge__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d >= 0; }); });
-  cls.def("__eq__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d == 0; }); });
-  cls.def("__ne__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return !(d == 0); }); });
+  // == and != against something that is no number or array (None, a string) are NotImplemented, so
+  // Python falls back to identity, as for any object.
+  auto comparable = [](py::handle b) {
+    double s;
+    return as_number(b, &s) || py::isinstance<Tensor>(b) || py::isinstance<py::array>(b) ||
+           py::isinstance<py::list>(b) || py::isinstance<py::tuple>(b);
+  };
+  cls.def("__eq__", [comparable](const Tensor& a, py::handle b) -> py::object {
+    if (!comparable(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    return py::cast(compare(a, b, [](auto d) { return d == 0; }));
+  });
+  cls.def("__ne__", [comparable](const Tensor& a, py::handle b) -> py::object {
+    if (!comparable(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    return py::cast(compare(a, b, [](auto d) { return !(d == 0); }));
+  });
 }
 
 }  // namespace tapegrad::python

@@ -152,6 +152,9 @@ def test_comparisons_are_float_masks():
     np.testing.assert_array_equal((t != 2.0).numpy(), [1, 0, 1])
     np.testing.assert_array_equal((t >= 2.0).numpy(), [0, 1, 1])
     np.testing.assert_array_equal((t < 2.0).numpy(), [1, 0, 0])
+    assert (t == None) is False and (t != "a") is True  # not comparable: identity, as for any object
+    with pytest.raises(TypeError):
+        t < "a"
 
 
 def test_errors_are_python_exceptions_with_the_message():
