@@ -23,7 +23,7 @@ PyRef hold(py::object obj);
 
 // A tensor from a Tensor, a numpy array (or anything with the buffer protocol or a nested list):
 // shares memory with a C-contiguous, aligned, writable float32/float64/int32 array, else copies
-// (int64 and bool become int32 and float32, other floats float32 / float64 as numpy would widen).
+// (other integers become int32, bool and float16 float32; see tensor.cpp).
 Tensor to_tensor(py::handle obj);
 // A tensor from a Python number or a tensor-like (as to_tensor), a number taking `like`'s dtype and
 // shape [] (for broadcasting).

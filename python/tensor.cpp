@@ -6,8 +6,8 @@
 //   tensor(a)  a C-contiguous, aligned, writable float32/float64/int32 array: no copy; the tensor's
 //              storage holds the array (Storage's foreign-memory constructor), so deleting the array
 //              leaves the tensor valid. Anything else (other dtypes, strided or read-only arrays,
-//              lists) is copied: int64/uint/bool-free integers -> int32 (range-checked), bool and
-//              float16 -> float32.
+//              lists) is copied: other integers -> int32 (range-checked), bool and float16 ->
+//              float32, wider floats -> float64.
 //   t.numpy()  any tensor, views included (numpy takes the strides): no copy; the array's base holds
 //              the tensor, so deleting the tensor leaves the array valid.
 // Comparisons (< <= > >= == !=) return a float tensor of 0 and 1 in the operands' dtype, not
