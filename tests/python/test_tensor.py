@@ -184,3 +184,14 @@ def test_creation_functions():
     assert tg.Tensor(np.ones(2)).shape == (2,)
     with pytest.raises(tg.DTypeError):
         tg.zeros([2], dtype="int8")
+
+
+def test_exit_with_shared_tensors_on_the_tape_is_clean():
+    import subprocess
+    import sys
+    code = ("import numpy as np, tapegrad as tg\n"
+            "a = np.ones(3); w = tg.tensor(a, requires_grad=True)\n"
+            "y = (w * tg.tensor(np.arange(3.0))).sum()\n"  # on the tape at exit, holding both arrays
+            "b = y.numpy()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
