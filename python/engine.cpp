@@ -35,7 +35,8 @@ void bind_scope(py::module_& m, const char* cls_name, const char* fn_name, const
         if (!c.open.empty()) c.open.pop_back();
         return false;
       });
-  m.def(fn_name, [] { return std::make_unique<C>(); }, doc);
+  m.def(
+      fn_name, [] { return std::make_unique<C>(); }, doc);
 }
 
 // A Python callable as the library's function of a tensor list: called as fn(*inputs) under the GIL.
@@ -47,7 +48,8 @@ TensorFn tensor_fn(py::function fn) {
     for (size_t i = 0; i < xs.size(); ++i) args[i] = py::cast(xs[i]);
     py::object out = (*f)(*args);
     if (!py::isinstance<Tensor>(out))
-      throw py::type_error("the function must return a tapegrad.Tensor, not " + py::type::of(out).attr("__name__").cast<std::string>());
+      throw py::type_error("the function must return a tapegrad.Tensor, not " +
+                           py::type::of(out).attr("__name__").cast<std::string>());
     return out.cast<Tensor>();
   };
 }
@@ -60,7 +62,9 @@ std::vector<Tensor> tensors(py::handle h) {
   return out;
 }
 
-py::object maybe(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+py::object maybe(const Tensor& t) {
+  return t.defined() ? py::cast(t) : py::none();
+}
 
 py::tuple tuple_of(const std::vector<Tensor>& ts) {
   py::tuple out(ts.size());
@@ -120,9 +124,12 @@ void bind_engine(py::module_& m) {
       py::arg("t"), py::arg("grad") = py::none(), py::arg("retain_graph") = py::none(),
       py::arg("create_graph") = false);
   py::class_<Tensor> cls = m.attr("Tensor");
-  cls.def("backward", [m](const Tensor& t, py::object grad, py::object retain_graph, bool create_graph) {
-    m.attr("backward")(t, grad, retain_graph, create_graph);
-  }, py::arg("grad") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false);
+  cls.def(
+      "backward",
+      [m](const Tensor& t, py::object grad, py::object retain_graph, bool create_graph) {
+        m.attr("backward")(t, grad, retain_graph, create_graph);
+      },
+      py::arg("grad") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false);
 
   m.def(
       "grad",
@@ -143,23 +150,25 @@ void bind_engine(py::module_& m) {
       },
       "d(sum_i <outputs[i], grad_outputs[i]>)/d(inputs[j]) for each j, as a tuple (None for an unused "
       "input with allow_unused); no .grad changes.",
-      py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("create_graph") = false,
-      py::arg("retain_graph") = py::none(), py::arg("allow_unused") = false);
+      py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(),
+      py::arg("create_graph") = false, py::arg("retain_graph") = py::none(), py::arg("allow_unused") = false);
 
   // ---- the tape
   py::class_<EntryView>(m, "TapeEntry", "A snapshot of one recorded op.")
       .def_readonly("op", &EntryView::op, "the op's name (a custom op's own)")
       .def_property_readonly("inputs", [](const EntryView& e) { return tuple_of(e.inputs); })
       .def_property_readonly("output", [](const EntryView& e) { return maybe(e.output); })
-      .def_property_readonly("input_shapes", [](const EntryView& e) {
-        py::list s;
-        for (const Tensor& t : e.inputs) s.append(shape_of(t));
-        return s;
-      })
+      .def_property_readonly("input_shapes",
+                             [](const EntryView& e) {
+                               py::list s;
+                               for (const Tensor& t : e.inputs) s.append(shape_of(t));
+                               return s;
+                             })
       .def_property_readonly("output_shape", [](const EntryView& e) { return shape_of(e.output); })
       .def("__repr__", [](const EntryView& e) {
         std::string s = "<TapeEntry " + e.op + " (";
-        for (size_t i = 0; i < e.inputs.size(); ++i) s += (i ? ", " : "") + (e.inputs[i].defined() ? e.inputs[i].describe() : "-");
+        for (size_t i = 0; i < e.inputs.size(); ++i)
+          s += (i ? ", " : "") + (e.inputs[i].defined() ? e.inputs[i].describe() : "-");
         return s + ") -> " + e.output.describe() + ">";
       });
   py::class_<Tape>(m, "Tape", "This thread's Wengert list (tapegrad.current_tape()).")
@@ -171,7 +180,8 @@ void bind_engine(py::module_& m) {
       .def("__repr__", [](const Tape& t) { return "<Tape of " + std::to_string(t.size()) + " entries>"; });
   m.def("current_tape", &current_tape, py::return_value_policy::reference,
         "This thread's current tape (valid while the thread lives).");
-  m.def("dump", [] { return current_tape().dump(); }, "current_tape().dump()");
+  m.def(
+      "dump", [] { return current_tape().dump(); }, "current_tape().dump()");
 
   // ---- instruments
   py::class_<TapeRow>(m, "TapeRow", "What TapeRecorder saw of one entry.")
@@ -184,22 +194,28 @@ void bind_engine(py::module_& m) {
       .def_readonly("backward_us", &TapeRow::backward_us)
       .def_readonly("grad_norm", &TapeRow::grad_norm, "-1 if no gradient reached it")
       .def_readonly("depth", &TapeRow::depth);
-  py::class_<Recorder>(m, "TapeRecorder",
-                       "with tapegrad.TapeRecorder() as rec: forward and backward; then rec.rows, rec.dot(), rec.json()")
+  py::class_<Recorder>(
+      m, "TapeRecorder",
+      "with tapegrad.TapeRecorder() as rec: forward and backward; then rec.rows, rec.dot(), rec.json()")
       .def(py::init<>())
-      .def("__enter__", [](Recorder& r) -> Recorder& {
-        if (r.scope) throw AutogradError("TapeRecorder: already watching");
-        r.scope = std::make_unique<ObserveScope>(r.recorder);
-        return r;
-      }, py::return_value_policy::reference)
-      .def("__exit__", [](Recorder& r, py::args) {
-        r.scope.reset();
-        return false;
-      })
+      .def(
+          "__enter__",
+          [](Recorder& r) -> Recorder& {
+            if (r.scope) throw AutogradError("TapeRecorder: already watching");
+            r.scope = std::make_unique<ObserveScope>(r.recorder);
+            return r;
+          },
+          py::return_value_policy::reference)
+      .def("__exit__",
+           [](Recorder& r, py::args) {
+             r.scope.reset();
+             return false;
+           })
       .def_property_readonly("rows", [](const Recorder& r) { return r.recorder.rows(); })
       .def_property_readonly("saved_bytes", [](const Recorder& r) { return r.recorder.saved_bytes(); })
       .def_property_readonly("critical_path", [](const Recorder& r) { return r.recorder.critical_path(); })
-      .def("dot", [](const Recorder& r) { return r.recorder.dot(); }, "the graph as Graphviz DOT")
+      .def(
+          "dot", [](const Recorder& r) { return r.recorder.dot(); }, "the graph as Graphviz DOT")
       .def("json", [](const Recorder& r) { return r.recorder.json(); });
   py::class_<Anomaly>(m, "_AnomalyContext")
       .def("__enter__", [](Anomaly& a) { a.mode = std::make_unique<AnomalyMode>(); })
@@ -207,8 +223,10 @@ void bind_engine(py::module_& m) {
         a.mode.reset();
         return false;
       });
-  m.def("detect_anomaly", [] { return std::make_unique<Anomaly>(); },
-        "with tapegrad.detect_anomaly(): NonFiniteError at the first NaN/Inf output or gradient, naming the op");
+  m.def(
+      "detect_anomaly", [] { return std::make_unique<Anomaly>(); },
+      "with tapegrad.detect_anomaly(): NonFiniteError at the first NaN/Inf output or gradient, naming the "
+      "op");
 
   // ---- gradient checks
   py::class_<GradcheckResult>(m, "GradcheckResult", "gradcheck's outcome; true when it passed.")
@@ -220,13 +238,16 @@ void bind_engine(py::module_& m) {
       .def_readonly("worst_index", &GradcheckResult::worst_index)
       .def_readonly("analytic", &GradcheckResult::analytic)
       .def_readonly("numeric", &GradcheckResult::numeric)
-      .def_property_readonly("ops_seen", [](const GradcheckResult& r) {
-        std::vector<std::string> names;
-        for (OpKind k : r.ops_seen) names.push_back(op_name(k));
-        return names;
-      })
+      .def_property_readonly("ops_seen",
+                             [](const GradcheckResult& r) {
+                               std::vector<std::string> names;
+                               for (OpKind k : r.ops_seen) names.push_back(op_name(k));
+                               return names;
+                             })
       .def("__bool__", [](const GradcheckResult& r) { return r.ok; })
-      .def("__repr__", [](const GradcheckResult& r) { return std::string(r.ok ? "<passed: " : "<FAILED: ") + r.message + ">"; });
+      .def("__repr__", [](const GradcheckResult& r) {
+        return std::string(r.ok ? "<passed: " : "<FAILED: ") + r.message + ">";
+      });
   for (int order : {1, 2}) {
     m.def(
         order == 1 ? "gradcheck" : "gradgradcheck",
@@ -241,8 +262,8 @@ void bind_engine(py::module_& m) {
         order == 1 ? "Analytic against central-difference gradients of fn(*inputs) (float64 leaves that "
                      "require grad); returns a GradcheckResult (true when it passed)."
                    : "The second-order check (the gradient of the gradient through a create_graph walk).",
-        py::arg("fn"), py::arg("inputs"), py::arg("eps") = 1e-6, py::arg("atol") = 1e-5, py::arg("rtol") = 1e-3,
-        py::arg("seed") = 1234, py::arg("label") = "");
+        py::arg("fn"), py::arg("inputs"), py::arg("eps") = 1e-6, py::arg("atol") = 1e-5,
+        py::arg("rtol") = 1e-3, py::arg("seed") = 1234, py::arg("label") = "");
   }
 
   // ---- the functional transforms: fn is called as fn(*inputs)
@@ -258,7 +279,8 @@ void bind_engine(py::module_& m) {
         }
         return py::make_tuple(r.output, tuple_of(r.grads));
       },
-      "(fn(*inputs), v^T J per input)", py::arg("fn"), py::arg("inputs"), py::arg("v"), py::arg("create_graph") = false);
+      "(fn(*inputs), v^T J per input)", py::arg("fn"), py::arg("inputs"), py::arg("v"),
+      py::arg("create_graph") = false);
   m.def(
       "jvp",
       [](py::function fn, py::handle inputs, py::handle tangents, bool create_graph) {
@@ -271,7 +293,8 @@ void bind_engine(py::module_& m) {
         }
         return py::make_tuple(r.output, r.tangent);
       },
-      "(fn(*inputs), J t)", py::arg("fn"), py::arg("inputs"), py::arg("tangents"), py::arg("create_graph") = false);
+      "(fn(*inputs), J t)", py::arg("fn"), py::arg("inputs"), py::arg("tangents"),
+      py::arg("create_graph") = false);
   m.def(
       "hvp",
       [](py::function fn, py::handle inputs, py::handle v, bool create_graph) {
@@ -316,8 +339,8 @@ void bind_engine(py::module_& m) {
         for (size_t i = 0; i < h.size(); ++i) rows[i] = tuple_of(h[i]);
         return rows;
       },
-      "d^2 fn / d input_i d input_j for a scalar fn (a tuple of tuples for a sequence of inputs)", py::arg("fn"),
-      py::arg("inputs"));
+      "d^2 fn / d input_i d input_j for a scalar fn (a tuple of tuples for a sequence of inputs)",
+      py::arg("fn"), py::arg("inputs"));
 }
 
 }  // namespace tapegrad::python

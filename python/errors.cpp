@@ -5,7 +5,6 @@
 //   OutOfMemory(Error, MemoryError)
 // The kernels' settings throw std::runtime_error, which pybind11 turns into RuntimeError.
 #include "bindings.hpp"
-
 #include "tapegrad/error.hpp"
 
 namespace tapegrad::python {
@@ -40,7 +39,8 @@ void bind_errors(py::module_& m) {
   g_index = make(m, "IndexError", PyExc_IndexError, "An index outside its valid range.");
   g_autograd = make(m, "AutogradError", PyExc_RuntimeError, "Misuse of the tape.");
   g_io = make(m, "IoError", PyExc_OSError, "Reading or writing files.");
-  g_nonfinite = make(m, "NonFiniteError", PyExc_ArithmeticError, "A NaN or infinity where a finite value is needed.");
+  g_nonfinite =
+      make(m, "NonFiniteError", PyExc_ArithmeticError, "A NaN or infinity where a finite value is needed.");
   g_oom = make(m, "OutOfMemory", PyExc_MemoryError, "Memory the machine cannot provide.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -39,7 +39,8 @@ py::object apply(py::object cls, py::args args) {
     out = cls.attr("forward")(ctx_obj, *args);
   }
   if (!py::isinstance<Tensor>(out))
-    throw py::type_error(name + ".forward must return one tapegrad.Tensor, not " + py::type::of(out).attr("__name__").cast<std::string>());
+    throw py::type_error(name + ".forward must return one tapegrad.Tensor, not " +
+                         py::type::of(out).attr("__name__").cast<std::string>());
   const Tensor output = out.cast<Tensor>();
   if (!should_record(inputs)) return out;
   const size_t nargs = args.size();
@@ -61,8 +62,8 @@ py::object apply(py::object cls, py::args args) {
       if (g.is_none() || !inputs[k].requires_grad()) continue;
       const Tensor gt = to_tensor(g);
       if (gt.shape() != inputs[k].shape())
-        throw ShapeError(name + ".backward: the gradient of argument " + std::to_string(positions[k]) + " is " +
-                         gt.describe() + ", the argument " + inputs[k].describe());
+        throw ShapeError(name + ".backward: the gradient of argument " + std::to_string(positions[k]) +
+                         " is " + gt.describe() + ", the argument " + inputs[k].describe());
       py::gil_scoped_release release;
       accumulate_grad(inputs[k], gt);
     }
@@ -74,18 +75,24 @@ py::object apply(py::object cls, py::args args) {
 
 void bind_function(py::module_& m) {
   py::class_<FunctionCtx>(m, "FunctionCtx", py::dynamic_attr(), "What forward hands to backward.")
-      .def("save_for_backward", [](FunctionCtx& c, py::args ts) {
-        c.saved.clear();
-        for (auto t : ts) c.saved.push_back(t.cast<Tensor>());
-      })
-      .def_property_readonly("saved_tensors", [](const FunctionCtx& c) { return py::cast(c.saved).cast<py::tuple>(); })
-      .def_property_readonly("needs_input_grad", [](const FunctionCtx& c) { return py::cast(c.needs_input_grad).cast<py::tuple>(); });
+      .def("save_for_backward",
+           [](FunctionCtx& c, py::args ts) {
+             c.saved.clear();
+             for (auto t : ts) c.saved.push_back(t.cast<Tensor>());
+           })
+      .def_property_readonly("saved_tensors",
+                             [](const FunctionCtx& c) { return py::cast(c.saved).cast<py::tuple>(); })
+      .def_property_readonly("needs_input_grad", [](const FunctionCtx& c) {
+        return py::cast(c.needs_input_grad).cast<py::tuple>();
+      });
   // Function is a plain Python class (so subclasses need nothing from pybind11) whose apply is a
   // classmethod calling the C++ apply above.
   py::dict ns;
-  ns["__doc__"] = "Subclass with static forward(ctx, *args) and backward(ctx, grad_output); call MyOp.apply(*args).";
+  ns["__doc__"] =
+      "Subclass with static forward(ctx, *args) and backward(ctx, grad_output); call MyOp.apply(*args).";
   ns["__module__"] = "tapegrad";
-  py::object fn_cls = py::reinterpret_borrow<py::object>((PyObject*)&PyType_Type)("Function", py::make_tuple(), ns);
+  py::object fn_cls =
+      py::reinterpret_borrow<py::object>((PyObject*)&PyType_Type)("Function", py::make_tuple(), ns);
   py::cpp_function impl(&apply, py::name("apply"), py::arg("cls"));
   fn_cls.attr("apply") = py::reinterpret_steal<py::object>(PyClassMethod_New(impl.ptr()));
   m.attr("Function") = fn_cls;

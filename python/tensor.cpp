@@ -26,13 +26,18 @@ namespace {
 
 namespace npy = py::detail;
 
-bool is_dtype(const py::dtype& d, const py::dtype& want) { return d.equal(want) && d.itemsize() == want.itemsize(); }
+bool is_dtype(const py::dtype& d, const py::dtype& want) {
+  return d.equal(want) && d.itemsize() == want.itemsize();
+}
 
 py::dtype numpy_dtype(DType d) {
   switch (d) {
-    case DType::f32: return py::dtype::of<float>();
-    case DType::f64: return py::dtype::of<double>();
-    case DType::i32: return py::dtype::of<int32_t>();
+    case DType::f32:
+      return py::dtype::of<float>();
+    case DType::f64:
+      return py::dtype::of<double>();
+    case DType::i32:
+      return py::dtype::of<int32_t>();
   }
   throw Error("numpy: unknown dtype");
 }
@@ -40,10 +45,13 @@ py::dtype numpy_dtype(DType d) {
 // The tapegrad dtype an array of numpy dtype `d` becomes (exact for the three shared ones).
 DType target_dtype(const py::dtype& d) {
   switch (d.kind()) {
-    case 'f': return d.itemsize() >= 8 ? DType::f64 : DType::f32;
-    case 'b': return DType::f32;
+    case 'f':
+      return d.itemsize() >= 8 ? DType::f64 : DType::f32;
+    case 'b':
+      return DType::f32;
     case 'i':
-    case 'u': return DType::i32;
+    case 'u':
+      return DType::i32;
     default:
       throw DTypeError("tensor: numpy dtype " + d.attr("name").cast<std::string>() +
                        " has no tapegrad dtype (float32, float64, int32; integers and bools are converted)");
@@ -57,14 +65,15 @@ Shape array_shape(const py::array& a) {
 }
 
 Tensor copy_array(const py::array& a, DType d) {
-  if (d == DType::i32 && a.size() > 0 && a.dtype().itemsize() >= 4 && !is_dtype(a.dtype(), py::dtype::of<int32_t>())) {
+  if (d == DType::i32 && a.size() > 0 && a.dtype().itemsize() >= 4 &&
+      !is_dtype(a.dtype(), py::dtype::of<int32_t>())) {
     const auto lo = a.attr("min")().cast<long long>(), hi = a.attr("max")().cast<long long>();
     if (lo < INT32_MIN || hi > INT32_MAX)
       throw DTypeError("tensor: integer values in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                        "] do not fit int32");
   }
-  py::array c = py::array::ensure(a.attr("astype")(numpy_dtype(d), py::arg("order") = "C"),
-                                  py::array::c_style);
+  py::array c =
+      py::array::ensure(a.attr("astype")(numpy_dtype(d), py::arg("order") = "C"), py::array::c_style);
   Tensor t = Tensor::empty(array_shape(c), d);
   if (t.numel() > 0) std::memcpy(t.impl()->storage->data, c.data(), size_t(t.numel() * dtype_size(d)));
   return t;
@@ -81,7 +90,8 @@ Tensor from_array(const py::array& a) {
   impl->strides = contiguous_strides(impl->shape);
   impl->dtype = d;
   const int64_t bytes = impl->shape.numel() * dtype_size(d);
-  impl->storage = std::make_shared<Storage>(const_cast<void*>(a.data()), bytes, std::static_pointer_cast<void>(hold(a)));
+  impl->storage =
+      std::make_shared<Storage>(const_cast<void*>(a.data()), bytes, std::static_pointer_cast<void>(hold(a)));
   return Tensor(std::move(impl));
 }
 
@@ -95,7 +105,10 @@ bool as_number(py::handle h, double* out) {
 
 DType parse_dtype(py::handle h) {
   if (h.is_none()) return DType::f32;
-  const std::string s = py::isinstance<py::str>(h) ? h.cast<std::string>() : py::dtype::from_args(py::reinterpret_borrow<py::object>(h)).attr("name").cast<std::string>();
+  const std::string s =
+      py::isinstance<py::str>(h)
+          ? h.cast<std::string>()
+          : py::dtype::from_args(py::reinterpret_borrow<py::object>(h)).attr("name").cast<std::string>();
   if (s == "float32" || s == "f32") return DType::f32;
   if (s == "float64" || s == "f64") return DType::f64;
   if (s == "int32" || s == "i32") return DType::i32;
@@ -147,7 +160,8 @@ Tensor compare(const Tensor& a, py::handle b, Cmp cmp) {
 // t[key]: ints and basic slices (step 1), Ellipsis and None, each a narrow / reshape, so the result
 // is a view on the tape like any op's.
 Tensor index(const Tensor& self, py::handle key) {
-  py::tuple items = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
+  py::tuple items =
+      py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
   int consumed = 0;
   for (auto item : items)
     if (!item.is_none() && !item.is(py::ellipsis())) ++consumed;
@@ -173,16 +187,17 @@ Tensor index(const Tensor& self, py::handle key) {
       if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
       const Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(t.size(axis)), &start, &stop, step);
       if (step != 1)
-        throw IndexError("index: slice step " + std::to_string(step) + " on axis " + std::to_string(src_axis) +
-                         " of shape " + to_string(self.shape()) + ": only step 1 is a view (use numpy for others)");
+        throw IndexError("index: slice step " + std::to_string(step) + " on axis " +
+                         std::to_string(src_axis) + " of shape " + to_string(self.shape()) +
+                         ": only step 1 is a view (use numpy for others)");
       t = narrow(t, axis++, start, len);
       ++src_axis;
     } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
       int64_t i = py::reinterpret_borrow<py::object>(item).cast<int64_t>();
       const int64_t n = t.size(axis);
       if (i < -n || i >= n)
-        throw IndexError("index: " + std::to_string(i) + " is out of range for axis " + std::to_string(src_axis) +
-                         " of shape " + to_string(self.shape()));
+        throw IndexError("index: " + std::to_string(i) + " is out of range for axis " +
+                         std::to_string(src_axis) + " of shape " + to_string(self.shape()));
       ++src_axis;
       if (i < 0) i += n;
       Shape s = t.shape();
@@ -202,7 +217,9 @@ Tensor index(const Tensor& self, py::handle key) {
 Tensor to_tensor(py::handle obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   py::array a = py::array::ensure(obj);
-  if (!a) throw DTypeError("tensor: cannot make a tensor of a " + py::type::of(obj).attr("__name__").cast<std::string>());
+  if (!a)
+    throw DTypeError("tensor: cannot make a tensor of a " +
+                     py::type::of(obj).attr("__name__").cast<std::string>());
   return from_array(a);
 }
 
@@ -243,66 +260,91 @@ void bind_tensor(py::module_& m) {
         },
         py::arg("shape"), py::arg("dtype") = "float32", py::arg("requires_grad") = false, doc);
   };
-  creator("zeros", [](const Shape& s, DType d) { return Tensor::zeros(s, d); }, "All zeros.");
-  creator("ones", [](const Shape& s, DType d) { return Tensor::ones(s, d); }, "All ones.");
-  creator("empty", [](const Shape& s, DType d) { return Tensor::empty(s, d); }, "Uninitialised.");
-  creator("randn", [](const Shape& s, DType d) { return Tensor::randn(s, default_generator(), d); },
-          "Standard normal draws from this thread's default generator (manual_seed).");
-  creator("rand", [](const Shape& s, DType d) { return Tensor::rand(s, default_generator(), d); },
-          "Uniform [0, 1) draws from this thread's default generator.");
+  creator(
+      "zeros", [](const Shape& s, DType d) { return Tensor::zeros(s, d); }, "All zeros.");
+  creator(
+      "ones", [](const Shape& s, DType d) { return Tensor::ones(s, d); }, "All ones.");
+  creator(
+      "empty", [](const Shape& s, DType d) { return Tensor::empty(s, d); }, "Uninitialised.");
+  creator(
+      "randn", [](const Shape& s, DType d) { return Tensor::randn(s, default_generator(), d); },
+      "Standard normal draws from this thread's default generator (manual_seed).");
+  creator(
+      "rand", [](const Shape& s, DType d) { return Tensor::rand(s, default_generator(), d); },
+      "Uniform [0, 1) draws from this thread's default generator.");
   m.def(
-      "full", [](std::vector<int64_t> shape, double v, py::object dtype) { return Tensor::full(Shape(shape), v, parse_dtype(dtype)); },
+      "full",
+      [](std::vector<int64_t> shape, double v, py::object dtype) {
+        return Tensor::full(Shape(shape), v, parse_dtype(dtype));
+      },
       py::arg("shape"), py::arg("value"), py::arg("dtype") = "float32");
   m.def(
-      "arange", [](int64_t n, py::object dtype) { return Tensor::arange(n, parse_dtype(dtype)); }, py::arg("n"),
-      py::arg("dtype") = "float32");
+      "arange", [](int64_t n, py::object dtype) { return Tensor::arange(n, parse_dtype(dtype)); },
+      py::arg("n"), py::arg("dtype") = "float32");
   m.def("manual_seed", &manual_seed, py::arg("seed"), "Reseeds this thread's default generator.");
 
   cls.def("numpy", &to_numpy,
           "The data as a numpy array sharing memory (no copy, views included); the array keeps the "
           "tensor's storage alive. Writes through it bypass the tape.");
   cls.def(
-      "__array__", [](const Tensor& t, py::object dtype) {
+      "__array__",
+      [](const Tensor& t, py::object dtype) {
         py::array a = to_numpy(t);
         return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
       },
       py::arg("dtype") = py::none());
   cls.def_property_readonly("shape", [](const Tensor& t) { return shape_tuple(t.shape()); });
-  cls.def_property_readonly("strides", [](const Tensor& t) { return shape_tuple(t.strides()); }, "In elements.");
+  cls.def_property_readonly(
+      "strides", [](const Tensor& t) { return shape_tuple(t.strides()); }, "In elements.");
   cls.def_property_readonly("ndim", &Tensor::ndim);
-  cls.def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
-                            "'float32', 'float64' or 'int32'.");
+  cls.def_property_readonly(
+      "dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
+      "'float32', 'float64' or 'int32'.");
   cls.def("numel", &Tensor::numel);
-  cls.def("size", [](const Tensor& t, py::object axis) -> py::object {
-    if (axis.is_none()) return shape_tuple(t.shape());
-    return py::int_(t.size(axis.cast<int>()));
-  }, py::arg("axis") = py::none());
+  cls.def(
+      "size",
+      [](const Tensor& t, py::object axis) -> py::object {
+        if (axis.is_none()) return shape_tuple(t.shape());
+        return py::int_(t.size(axis.cast<int>()));
+      },
+      py::arg("axis") = py::none());
   cls.def("__len__", [](const Tensor& t) {
     if (t.ndim() == 0) throw py::type_error("len() of a 0-d tensor");
     return t.size(0);
   });
   cls.def("is_contiguous", &Tensor::is_contiguous);
-  cls.def_property_readonly("data_ptr", [](const Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.impl()->storage->data) + uintptr_t(t.impl()->offset * dtype_size(t.dtype()));
-  }, "Address of the first element (to check sharing with numpy's a.ctypes.data).");
-  cls.def_property(
-      "requires_grad", &Tensor::requires_grad, [](Tensor& t, bool on) { t.requires_grad_(on); });
-  cls.def("requires_grad_", [](Tensor& t, bool on) { return t.requires_grad_(on); }, py::arg("on") = true);
+  cls.def_property_readonly(
+      "data_ptr",
+      [](const Tensor& t) {
+        return reinterpret_cast<uintptr_t>(t.impl()->storage->data) +
+               uintptr_t(t.impl()->offset * dtype_size(t.dtype()));
+      },
+      "Address of the first element (to check sharing with numpy's a.ctypes.data).");
+  cls.def_property("requires_grad", &Tensor::requires_grad, [](Tensor& t, bool on) { t.requires_grad_(on); });
+  cls.def(
+      "requires_grad_", [](Tensor& t, bool on) { return t.requires_grad_(on); }, py::arg("on") = true);
   cls.def_property_readonly("is_leaf", &Tensor::is_leaf);
-  cls.def_property_readonly("grad", [](const Tensor& t) -> py::object {
-    const Tensor g = t.grad();
-    return g.defined() ? py::cast(g) : py::none();
-  }, "The accumulated gradient, or None.");
+  cls.def_property_readonly(
+      "grad",
+      [](const Tensor& t) -> py::object {
+        const Tensor g = t.grad();
+        return g.defined() ? py::cast(g) : py::none();
+      },
+      "The accumulated gradient, or None.");
   cls.def("zero_grad", &Tensor::zero_grad, "Drops the gradient (.grad becomes None).");
   cls.def("retain_grad", &Tensor::retain_grad);
   cls.def("detach", &Tensor::detach, "A leaf sharing the data, cut off from the tape.");
   cls.def("clone", &Tensor::clone, "A contiguous copy (not recorded).");
-  cls.def("to", [](const Tensor& t, py::object d) { return t.to(parse_dtype(d)); }, py::arg("dtype"),
-          "A converted copy (not recorded).");
-  cls.def("copy_", [](Tensor& t, py::object src) {
-    t.copy_from(to_tensor(src));
-    return t;
-  }, py::arg("src"), "Copies src's values in place (same shape and dtype; not recorded).");
+  cls.def(
+      "to", [](const Tensor& t, py::object d) { return t.to(parse_dtype(d)); }, py::arg("dtype"),
+      "A converted copy (not recorded).");
+  cls.def(
+      "copy_",
+      [](Tensor& t, py::object src) {
+        t.copy_from(to_tensor(src));
+        return t;
+      },
+      py::arg("src"), "Copies src's values in place (same shape and dtype; not recorded).");
   cls.def("item", &Tensor::item);
   cls.def("tolist", [](const Tensor& t) { return to_numpy(t).attr("tolist")(); });
   cls.def("__float__", &Tensor::item);
@@ -312,7 +354,8 @@ void bind_tensor(py::module_& m) {
     return t.item() != 0;
   });
   cls.def_property(
-      "name", [](const Tensor& t) { return t.impl()->name; }, [](Tensor& t, std::string n) { t.impl()->name = std::move(n); },
+      "name", [](const Tensor& t) { return t.impl()->name; },
+      [](Tensor& t, std::string n) { t.impl()->name = std::move(n); },
       "Shown in tape dumps (parameters get their module path).");
   cls.def("__repr__", [](const Tensor& t) {
     if (!t.defined()) return std::string("tensor(undefined)");
@@ -321,7 +364,8 @@ void bind_tensor(py::module_& m) {
   cls.def("describe", &Tensor::describe);
   cls.def("__hash__", [](const Tensor& t) { return std::hash<const void*>()(t.impl()); });
   cls.def("same", &Tensor::same, "True when both handles are the same tensor.");
-  cls.def("__getitem__", &index, "Ints and step-1 slices, Ellipsis and None: views recorded as narrow/reshape.");
+  cls.def("__getitem__", &index,
+          "Ints and step-1 slices, Ellipsis and None: views recorded as narrow/reshape.");
 
   // Operators. A Python number takes the tensor's dtype; an array must match it (DTypeError otherwise).
   using py::gil_scoped_release;
@@ -338,28 +382,53 @@ void bind_tensor(py::module_& m) {
     });
   };
   auto full_like = [](const Tensor& a, double s) { return Tensor::full({}, s, a.dtype()); };
-  binary("__add__", [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](const Tensor& a, double s) { return add(a, s); });
-  binary("__radd__", [](const Tensor& a, const Tensor& b) { return add(b, a); }, [](const Tensor& a, double s) { return add(a, s); });
-  binary("__sub__", [](const Tensor& a, const Tensor& b) { return sub(a, b); }, [](const Tensor& a, double s) { return a - s; });
-  binary("__rsub__", [](const Tensor& a, const Tensor& b) { return sub(b, a); }, [](const Tensor& a, double s) { return s - a; });
-  binary("__mul__", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](const Tensor& a, double s) { return mul(a, s); });
-  binary("__rmul__", [](const Tensor& a, const Tensor& b) { return mul(b, a); }, [](const Tensor& a, double s) { return mul(a, s); });
-  binary("__truediv__", [](const Tensor& a, const Tensor& b) { return div(a, b); }, [](const Tensor& a, double s) { return a / s; });
-  binary("__rtruediv__", [](const Tensor& a, const Tensor& b) { return div(b, a); },
-         [full_like](const Tensor& a, double s) { return div(full_like(a, s), a); });
-  binary("__pow__", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, [](const Tensor& a, double s) { return pow(a, s); });
-  binary("__rpow__", [](const Tensor& a, const Tensor& b) { return pow(b, a); },
-         [full_like](const Tensor& a, double s) { return pow(full_like(a, s), a); });
-  binary("__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); },
-         [](const Tensor&, double) -> Tensor { throw ShapeError("matmul: an operand is a scalar"); });
-  binary("__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); },
-         [](const Tensor&, double) -> Tensor { throw ShapeError("matmul: an operand is a scalar"); });
-  cls.def("__neg__", [](const Tensor& a) { return neg(a); }, py::call_guard<gil_scoped_release>());
+  binary(
+      "__add__", [](const Tensor& a, const Tensor& b) { return add(a, b); },
+      [](const Tensor& a, double s) { return add(a, s); });
+  binary(
+      "__radd__", [](const Tensor& a, const Tensor& b) { return add(b, a); },
+      [](const Tensor& a, double s) { return add(a, s); });
+  binary(
+      "__sub__", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
+      [](const Tensor& a, double s) { return a - s; });
+  binary(
+      "__rsub__", [](const Tensor& a, const Tensor& b) { return sub(b, a); },
+      [](const Tensor& a, double s) { return s - a; });
+  binary(
+      "__mul__", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+      [](const Tensor& a, double s) { return mul(a, s); });
+  binary(
+      "__rmul__", [](const Tensor& a, const Tensor& b) { return mul(b, a); },
+      [](const Tensor& a, double s) { return mul(a, s); });
+  binary(
+      "__truediv__", [](const Tensor& a, const Tensor& b) { return div(a, b); },
+      [](const Tensor& a, double s) { return a / s; });
+  binary(
+      "__rtruediv__", [](const Tensor& a, const Tensor& b) { return div(b, a); },
+      [full_like](const Tensor& a, double s) { return div(full_like(a, s), a); });
+  binary(
+      "__pow__", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+      [](const Tensor& a, double s) { return pow(a, s); });
+  binary(
+      "__rpow__", [](const Tensor& a, const Tensor& b) { return pow(b, a); },
+      [full_like](const Tensor& a, double s) { return pow(full_like(a, s), a); });
+  binary(
+      "__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); },
+      [](const Tensor&, double) -> Tensor { throw ShapeError("matmul: an operand is a scalar"); });
+  binary(
+      "__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); },
+      [](const Tensor&, double) -> Tensor { throw ShapeError("matmul: an operand is a scalar"); });
+  cls.def(
+      "__neg__", [](const Tensor& a) { return neg(a); }, py::call_guard<gil_scoped_release>());
   cls.def("__pos__", [](const Tensor& a) { return a; });
-  cls.def("__lt__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d < 0; }); });
-  cls.def("__le__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d <= 0; }); });
-  cls.def("__gt__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d > 0; }); });
-  cls.def("__ge__", [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d >= 0; }); });
+  cls.def("__lt__",
+          [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d < 0; }); });
+  cls.def("__le__",
+          [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d <= 0; }); });
+  cls.def("__gt__",
+          [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d > 0; }); });
+  cls.def("__ge__",
+          [](const Tensor& a, py::handle b) { return compare(a, b, [](auto d) { return d >= 0; }); });
   // == and != against something that is no number or array (None, a string) are NotImplemented, so
   // Python falls back to identity, as for any object.
   auto comparable = [](py::handle b) {
