@@ -8,7 +8,8 @@
 /// functions live in ops.hpp; the member functions here that return tensors forward to them (defined
 /// in the ops layer, src/ops/tensor_methods.cpp, so the tensor layer depends on nothing above it).
 /// Storage comes from a caching allocator (see memory.hpp), so steady-state training takes no fresh
-/// pages from the OS.
+/// pages from the OS; or it wraps memory someone else owns (a numpy array, for the Python module),
+/// keeping that owner alive.
 #pragma once
 
 #include <cstdint>
@@ -43,16 +44,23 @@ template <>
 constexpr DType dtype_of<int32_t>() { return DType::i32; }
 /// @}
 
-/// A block of bytes from the caching allocator; returned to it when the last view dies.
+/// A block of bytes from the caching allocator, returned to it when the last view dies; or memory
+/// owned by someone else (a numpy array), whose owner it keeps alive instead.
 struct Storage {
   /// Allocates `bytes` (uninitialised); throws OutOfMemory.
   explicit Storage(int64_t bytes);
+  /// Wraps `bytes` of foreign memory at `data` without copying: `owner` is held until the storage
+  /// dies (then dropped; nothing goes to the allocator). The caller guarantees the memory stays valid
+  /// and writable while `owner` lives and is aligned for its element type (not necessarily to 64).
+  /// Throws Error when `owner` is null.
+  Storage(void* data, int64_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* data = nullptr;  ///< 64-byte aligned
+  void* data = nullptr;  ///< 64-byte aligned when from the allocator
   int64_t bytes = 0;     ///< requested size
-  int64_t capacity = 0;  ///< the allocator's size class, >= bytes
+  int64_t capacity = 0;  ///< the allocator's size class, >= bytes (bytes for foreign memory)
+  std::shared_ptr<void> owner;  ///< foreign memory's owner; null for the allocator's blocks
 };
 
 /// A seeded pseudo-random generator (xoshiro256**). Its whole state is four words, so checkpoints can

@@ -26,7 +26,13 @@ const char* dtype_name(DType d) {
 int64_t dtype_size(DType d) { return d == DType::f64 ? 8 : 4; }
 
 Storage::Storage(int64_t n) : bytes(n) { data = memory::allocate(n, &capacity); }
-Storage::~Storage() { memory::release(data, capacity); }
+Storage::Storage(void* d, int64_t n, std::shared_ptr<void> o) : data(d), bytes(n), capacity(n), owner(std::move(o)) {
+  // A null owner would make ~Storage hand foreign memory to the allocator.
+  if (!owner) throw Error("Storage: foreign memory needs an owner to keep alive");
+}
+Storage::~Storage() {
+  if (!owner) memory::release(data, capacity);
+}
 
 // ---- creation ------------------------------------------------------------------------------------
 

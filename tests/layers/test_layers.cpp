@@ -22,7 +22,7 @@ namespace {
 const fs::path kRoot = TAPEGRAD_SOURCE_DIR;
 const char* const kDoc = "docs/architecture.md";
 // The folders whose files are checked.
-const std::vector<std::string> kScanned = {"kernels", "src", "include", "experiments", "tools", "examples"};
+const std::vector<std::string> kScanned = {"kernels", "src", "include", "experiments", "tools", "examples", "python"};
 
 std::string slurp(const fs::path& path) {
   std::ifstream f(path);
@@ -292,6 +292,12 @@ TEST_CASE("the include check refuses an include up, across, into no layer or of 
              Catch::Contains("layer tools includes layer tensor"));
   CHECK_THAT(check("examples/char_lm.cpp", "#include <kernels/kernels.hpp>"),
              Catch::Contains("layer examples includes layer kernels"));
+  // The Python module sees the public headers only (and its own bindings.hpp).
+  CHECK_THAT(check("python/tensor.cpp", "#include \"src/internal.hpp\""),
+             Catch::Contains("layer python includes layer tensor"));
+  CHECK(check("python/tensor.cpp", "#include \"bindings.hpp\"\n#include <pybind11/numpy.h>\n"
+                                   "#include \"tapegrad/ops.hpp\"\n")
+            .empty());
   CHECK_THAT(check("src/nn/layers.cpp", "#include \"tests/catch_main.cpp\""), Catch::Contains("is in no layer"));
   CHECK_THAT(check("src/nn/layers.cpp", "#include <tapegrad/no_such.hpp>"), Catch::Contains("no such header"));
   CHECK_THAT(check("src/new_layer/x.cpp", ""), Catch::Contains("in no layer of docs/architecture.md"));
