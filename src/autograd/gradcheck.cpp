@@ -179,7 +179,7 @@ GradcheckResult gradgradcheck(const std::function<Tensor(const std::vector<Tenso
   std::vector<Tensor> a;
   if (!g_on_tape.empty()) a = grad(g_on_tape, vars, {.grad_outputs = v_on_tape, .unused = Unused::zeros});
   for (size_t j = 0; j < vars.size(); ++j)
-    analytic.push_back(a.empty() ? std::vector<double>(size_t(vars[j].numel()), 0.0) : a[j].to_vector());
+    analytic.push_back(values_or_zeros(a.empty() ? Tensor() : a[j], vars[j].numel()));
 
   // Numeric: <g, v> from first-order gradients at perturbed x and w.
   const std::vector<std::vector<double>> vv = [&] {

@@ -159,9 +159,7 @@ bool may_adopt(const TensorImpl& t, const Tensor& g) {
   return !t.grad.defined() && g.is_contiguous() && !g.requires_grad() && g.impl_ptr().use_count() == 1 &&
          g.impl()->storage.use_count() == 1;
 }
-}  // namespace
 
-namespace {
 // A gradient with history left in .grad by a create_graph walk may share its storage with tensors on the
 // tape: before a first-order walk writes into it in place, it becomes a copy of its own.
 void own_grad(TensorImpl& ti) {
