@@ -1,8 +1,11 @@
 // The engine from Python: backward and grad (with create_graph), no_grad / enable_grad as context
 // managers, the current tape and its entries, the instruments (TapeRecorder's rows, saved bytes and
-// DOT; anomaly mode) as context managers, gradcheck and gradgradcheck on a Python function, and
-// the functional transforms (vjp, jvp, hvp, jacobian, hessian). Walks release the GIL; a Python
+// DOT; the per-op profile with the allocator's counters; anomaly mode) as context managers,
+// gradcheck and gradgradcheck on a Python function, activation checkpointing of a Python function,
+// and the functional transforms (vjp, jvp, hvp, jacobian, hessian). Walks release the GIL; a Python
 // function the library calls back (gradcheck's, a transform's, a custom op's backward) takes it again.
+#include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <optional>
 
@@ -10,6 +13,7 @@
 #include "tapegrad/autograd.hpp"
 #include "tapegrad/functional.hpp"
 #include "tapegrad/instruments.hpp"
+#include "tapegrad/memory.hpp"
 
 namespace tapegrad::python {
 
@@ -94,6 +98,89 @@ struct Recorder {
 // `with detect_anomaly():` raises NonFiniteError at the first non-finite output or gradient.
 struct Anomaly {
   std::unique_ptr<AnomalyMode> mode;
+};
+
+// `with profile() as p:` totals this thread's ops by kind (an OpProfile under an ObserveScope) and reads
+// the allocator's counters at both ends. The allocator is process-wide: other threads' tensors count
+// in the memory figures, not in the rows.
+struct Profile {
+  std::unique_ptr<OpProfile> profile;
+  std::unique_ptr<ObserveScope> scope;
+  memory::Stats start{}, end{};
+  bool done = false;
+
+  // The op kinds that ran, the most time first; times in milliseconds.
+  py::list rows() const {
+    struct Line {
+      OpKind op;
+      OpProfile::Row row;
+    };
+    std::vector<Line> lines;
+    if (profile)
+      for (int k = 0; k < kOpCount; ++k)
+        if (profile->rows()[size_t(k)].calls) lines.push_back({OpKind(k), profile->rows()[size_t(k)]});
+    std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) {
+      return a.row.forward_s + a.row.backward_s > b.row.forward_s + b.row.backward_s;
+    });
+    py::list out;
+    for (const Line& l : lines) {
+      const double seconds = l.row.forward_s + l.row.backward_s;
+      py::dict d;
+      d["op"] = op_name(l.op);
+      d["calls"] = l.row.calls;
+      d["forward_ms"] = l.row.forward_s * 1e3;
+      d["backward_ms"] = l.row.backward_s * 1e3;
+      d["total_ms"] = seconds * 1e3;
+      d["flops"] = l.row.flops;
+      d["gflops_per_s"] = l.row.flops > 0 && seconds > 0 ? l.row.flops / seconds * 1e-9 : 0.0;
+      out.append(d);
+    }
+    return out;
+  }
+
+  // Bytes the allocator held at entry and exit, the highest point above the start, and how many
+  // blocks came from the OS rather than the cache in between.
+  py::dict memory_of() const {
+    const memory::Stats now = done ? end : memory::stats();
+    py::dict d;
+    d["start_bytes"] = start.bytes_in_use;
+    d["end_bytes"] = now.bytes_in_use;
+    d["peak_bytes_above_start"] = std::max<int64_t>(0, now.peak_bytes_in_use - start.bytes_in_use);
+    d["os_allocations"] = now.os_allocations - start.os_allocations;
+    d["cache_hits"] = now.cache_hits - start.cache_hits;
+    return d;
+  }
+
+  std::string table() const {
+    std::string s;
+    char line[160];
+    std::snprintf(line, sizeof line, "%-28s %7s %10s %10s %10s %9s\n", "op", "calls", "fwd ms", "bwd ms", "GFLOP",
+                  "GFLOP/s");
+    s += line;
+    double forward = 0, backward = 0;
+    for (auto item : rows()) {
+      const py::dict r = py::reinterpret_borrow<py::dict>(item);
+      const double f = r["forward_ms"].cast<double>(), b = r["backward_ms"].cast<double>();
+      const double flops = r["flops"].cast<double>();
+      forward += f, backward += b;
+      if (flops > 0)
+        std::snprintf(line, sizeof line, "%-28s %7lld %10.3f %10.3f %10.3f %9.1f\n",
+                      r["op"].cast<std::string>().c_str(), r["calls"].cast<long long>(), f, b, flops * 1e-9,
+                      r["gflops_per_s"].cast<double>());
+      else
+        std::snprintf(line, sizeof line, "%-28s %7lld %10.3f %10.3f\n", r["op"].cast<std::string>().c_str(),
+                      r["calls"].cast<long long>(), f, b);
+      s += line;
+    }
+    std::snprintf(line, sizeof line, "%-28s %7s %10.3f %10.3f\n", "total", "", forward, backward);
+    s += line;
+    const py::dict m = memory_of();
+    std::snprintf(line, sizeof line, "memory: peak %.3f MB above the start, %+.3f MB at the end, %lld OS allocations\n",
+                  double(m["peak_bytes_above_start"].cast<int64_t>()) / 1e6,
+                  double(m["end_bytes"].cast<int64_t>() - m["start_bytes"].cast<int64_t>()) / 1e6,
+                  m["os_allocations"].cast<long long>());
+    return s + line;
+  }
 };
 
 py::tuple shape_of(const Tensor& t) {
@@ -217,6 +304,59 @@ void bind_engine(py::module_& m) {
       .def(
           "dot", [](const Recorder& r) { return r.recorder.dot(); }, "the graph as Graphviz DOT")
       .def("json", [](const Recorder& r) { return r.recorder.json(); });
+  py::class_<Profile>(
+      m, "Profile",
+      "with tapegrad.profile() as p: ...; then p.rows (one dict per op kind: op, calls, forward_ms, "
+      "backward_ms, total_ms, flops, gflops_per_s; the most time first), p.memory and p.table()")
+      .def(py::init<>())
+      .def(
+          "__enter__",
+          [](Profile& p) -> Profile& {
+            if (p.scope) throw AutogradError("profile: already watching");
+            p.profile = std::make_unique<OpProfile>();
+            p.done = false;
+            p.start = memory::stats();
+            memory::reset_peak();  // the peak of this block, not of the process so far
+            p.start.peak_bytes_in_use = p.start.bytes_in_use;
+            p.scope = std::make_unique<ObserveScope>(*p.profile);
+            p.profile->start_step();
+            return p;
+          },
+          py::return_value_policy::reference)
+      .def("__exit__",
+           [](Profile& p, py::args) {
+             p.scope.reset();
+             p.end = memory::stats();
+             p.done = true;
+             return false;
+           })
+      .def_property_readonly("rows", &Profile::rows)
+      .def_property_readonly("memory", &Profile::memory_of,
+                             "the allocator's bytes: start_bytes, end_bytes, peak_bytes_above_start, "
+                             "os_allocations, cache_hits (process-wide)")
+      .def("table", &Profile::table, "the rows as a text table, with the memory line")
+      .def("__repr__", [](const Profile& p) { return p.table(); });
+  m.def(
+      "profile", [] { return std::make_unique<Profile>(); },
+      "with tapegrad.profile() as p: time per op kind on this thread's tapes, forward and backward, FLOPs "
+      "of matmul and linear, and the allocator's bytes over the block. An op's forward time runs from the "
+      "previous recorded op, so Python code between ops is charged to the next op.");
+  m.def(
+      "memory_stats",
+      [] {
+        const memory::Stats s = memory::stats();
+        py::dict d;
+        d["bytes_in_use"] = s.bytes_in_use;
+        d["bytes_cached"] = s.bytes_cached;
+        d["peak_bytes_in_use"] = s.peak_bytes_in_use;
+        d["os_allocations"] = s.os_allocations;
+        d["cache_hits"] = s.cache_hits;
+        return d;
+      },
+      "The caching allocator's counters (process-wide): bytes_in_use, bytes_cached, peak_bytes_in_use "
+      "(since the last reset), os_allocations, cache_hits.");
+  m.def("reset_peak_memory", &memory::reset_peak, "Starts a new peak_bytes_in_use at the current bytes_in_use.");
+  m.def("empty_cache", &memory::empty_cache, "Gives the allocator's cached blocks back to the OS.");
   py::class_<Anomaly>(m, "_AnomalyContext")
       .def("__enter__", [](Anomaly& a) { a.mode = std::make_unique<AnomalyMode>(); })
       .def("__exit__", [](Anomaly& a, py::args) {
@@ -265,6 +405,21 @@ void bind_engine(py::module_& m) {
         py::arg("fn"), py::arg("inputs"), py::arg("eps") = 1e-6, py::arg("atol") = 1e-5,
         py::arg("rtol") = 1e-3, py::arg("seed") = 1234, py::arg("label") = "");
   }
+
+  // ---- activation checkpointing
+  m.def(
+      "checkpoint",
+      [](py::function fn, py::args inputs) {
+        const TensorFn f = tensor_fn(std::move(fn));
+        std::vector<Tensor> xs;
+        for (auto item : inputs) xs.push_back(to_tensor(item));
+        py::gil_scoped_release release;
+        return checkpoint(f, xs);
+      },
+      "checkpoint(fn, *tensors): fn(*tensors) leaving one tape entry that keeps only its inputs; backward "
+      "calls fn again (with the default generator's state put back, so dropout draws the same masks) and "
+      "walks it, so gradients equal the plain call's. Parameters fn captures get theirs too.",
+      py::arg("fn"));
 
   // ---- the functional transforms: fn is called as fn(*inputs)
   m.def(

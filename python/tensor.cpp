@@ -1,6 +1,7 @@
 // tapegrad.Tensor in Python: creation from numpy (shared memory when the layout allows, else a
 // copy), .numpy() (always shared), the autograd fields, printing, indexing as differentiable views,
-// and the operators.
+// indexing as numpy does it (basic indexing as views; steps, integer arrays and masks as a recorded
+// gather; assignment in place where no gradient would go wrong), and the operators.
 //
 // Sharing, both ways:
 //   tensor(a)  a C-contiguous, aligned, writable float32/float64/int32 array: no copy; the tensor's
@@ -14,6 +15,7 @@
 // recorded (a mask for where / masked_fill / mul), rather than a bool array.
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "bindings.hpp"
@@ -157,61 +159,272 @@ Tensor compare(const Tensor& a, py::handle b, Cmp cmp) {
   return out;
 }
 
-// t[key]: ints and basic slices (step 1), Ellipsis and None, each a narrow / reshape, so the result
-// is a view on the tape like any op's.
-Tensor index(const Tensor& self, py::handle key) {
-  py::tuple items =
-      py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
-  int consumed = 0;
-  for (auto item : items)
-    if (!item.is_none() && !item.is(py::ellipsis())) ++consumed;
+// ---- indexing, as numpy does it
+//
+// t[key] is built from recorded ops, so it differentiates like any op (to any order):
+//   ints, step-1 slices, None, Ellipsis   narrow / reshape: views
+//   slices with another step (negative too), integer arrays (lists, int32 tensors), boolean masks
+//                                         a gather: the indexed axes moved to the front and
+//                                         flattened, rows picked by embedding (whose backward
+//                                         scatter-adds, so repeated indices accumulate): a copy
+// Advanced indices follow numpy's rules: they broadcast together, an int beside them is one of them,
+// and their dimensions replace the indexed axes when those are adjacent in the key, else go first.
+// A float tensor of 0s and 1s (what comparisons return) indexes as a boolean mask.
+// t[key] = value writes in place through numpy (the same memory), so numpy's rules hold exactly; it is
+// not recorded (the library has no in-place ops), so it refuses what would make a gradient wrong.
+
+// A Tensor used as an index, as numpy sees it: int32 as integers, a 0/1 float mask as bools.
+py::object tensor_index(const Tensor& t) {
+  py::array a = to_numpy(t);
+  if (!t.is_floating()) return a;
+  const Tensor c = t.contiguous();
+  for (double v : c.to_vector())
+    if (v != 0 && v != 1)
+      throw IndexError("index: a float tensor indexes only as a mask of 0s and 1s (what comparisons return), got " +
+                       t.describe() + " holding " + std::to_string(v) + "; use an int32 tensor for positions");
+  return a.attr("astype")("bool");
+}
+
+// Each item of a key with tensors replaced by numpy arrays (for assignment through numpy).
+py::object numpy_key(py::handle key) {
+  auto item_of = [](py::handle h) -> py::object {
+    if (py::isinstance<Tensor>(h)) return tensor_index(h.cast<Tensor>());
+    return py::reinterpret_borrow<py::object>(h);
+  };
+  if (!py::isinstance<py::tuple>(key)) return item_of(key);
+  py::list items;
+  for (auto h : key) items.append(item_of(h));
+  return py::tuple(items);
+}
+
+bool is_array_item(py::handle h) {
+  return py::isinstance<Tensor>(h) || py::isinstance<py::array>(h) || py::isinstance<py::list>(h);
+}
+
+// One item of a key once Ellipsis is expanded and every mask is turned into integer arrays.
+struct KeyItem {
+  enum Kind { slice, integer, array, new_axis } kind;
+  py::object object;  // the slice, or the int64 array
+  int64_t value = 0;  // an integer's
+};
+
+std::string type_name(py::handle h) { return py::type::of(h).attr("__name__").cast<std::string>(); }
+
+std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
+  py::tuple raw = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
+  auto np = py::module_::import("numpy");
+  std::vector<KeyItem> items;
+  int ellipsis_at = -1, consumed = 0;
+  for (auto h : raw) {
+    if (h.is(py::ellipsis())) {
+      if (ellipsis_at >= 0) throw IndexError("index: at most one Ellipsis");
+      ellipsis_at = int(items.size());
+    } else if (h.is_none()) {
+      items.push_back({KeyItem::new_axis, py::none()});
+    } else if (PySlice_Check(h.ptr())) {
+      items.push_back({KeyItem::slice, py::reinterpret_borrow<py::object>(h)});
+      ++consumed;
+    } else if (PyBool_Check(h.ptr())) {
+      throw IndexError("index: a bool is not an index (use a boolean array as a mask)");
+    } else if (PyIndex_Check(h.ptr())) {
+      items.push_back({KeyItem::integer, py::none(), py::reinterpret_borrow<py::object>(h).cast<int64_t>()});
+      ++consumed;
+    } else if (is_array_item(h)) {
+      py::array a = py::isinstance<Tensor>(h) ? py::array(tensor_index(h.cast<Tensor>())) : py::array(np.attr("asarray")(h));
+      const char kind = a.dtype().kind();
+      if (kind == 'b') {
+        // A mask of k dimensions stands for the k axes it covers: its nonzero positions, one array per axis.
+        const int k = int(a.ndim());
+        for (int j = 0; j < k; ++j)
+          if (consumed + j >= self.ndim() || a.shape(j) != self.size(consumed + j))
+            throw IndexError("index: a boolean mask of shape " + py::str(a.attr("shape")).cast<std::string>() +
+                             " does not match axes " + std::to_string(consumed) + ".. of shape " +
+                             to_string(self.shape()));
+        for (auto axis_positions : np.attr("nonzero")(a))
+          items.push_back({KeyItem::array, py::reinterpret_borrow<py::object>(axis_positions)});
+        consumed += k;
+        if (k == 0) throw IndexError("index: a 0-d boolean mask is not supported");
+      } else if (kind == 'i' || kind == 'u' || a.size() == 0) {
+        items.push_back({KeyItem::array, a.attr("astype")("int64")});
+        ++consumed;
+      } else {
+        throw IndexError("index: arrays used as indices must hold integers or bools, not " +
+                         a.dtype().attr("name").cast<std::string>());
+      }
+    } else {
+      throw IndexError("index: only ints, slices, Ellipsis, None, integer arrays and boolean masks index a "
+                       "tensor, not " + type_name(h));
+    }
+  }
   if (consumed > self.ndim())
-    throw IndexError("index: " + std::to_string(consumed) + " indices for a tensor of shape " +
-                     to_string(self.shape()));
+    throw IndexError("index: " + std::to_string(consumed) + " indices for a tensor of shape " + to_string(self.shape()));
+  if (ellipsis_at >= 0)
+    items.insert(items.begin() + ellipsis_at, size_t(self.ndim() - consumed),
+                 KeyItem{KeyItem::slice, py::reinterpret_steal<py::object>(PySlice_New(nullptr, nullptr, nullptr))});
+  return items;
+}
+
+// Positions along an axis of `size`, negative ones counted from the end; IndexError outside.
+int64_t checked_position(int64_t i, int64_t size, int axis, const Tensor& self) {
+  if (i < -size || i >= size)
+    throw IndexError("index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) +
+                     " of size " + std::to_string(size) + " (shape " + to_string(self.shape()) + ")");
+  return i < 0 ? i + size : i;
+}
+
+// t's elements at positions[j][e] along axes[j] (each of n = numel(index_shape) elements), for every
+// value of the other axes: index_shape + the other dimensions in order. The axes are moved to the
+// front and flattened into one of P rows, the rest into R columns, and embedding picks the rows, so
+// the gradient scatter-adds back. Integer tensors (nothing to differentiate) copy the rows directly.
+Tensor gather(const Tensor& t, const std::vector<int>& axes, const std::vector<std::vector<int64_t>>& positions,
+              const Shape& index_shape, const Tensor& self, const std::vector<int>& self_axes) {
+  std::vector<int> perm = axes;
+  for (int d = 0; d < t.ndim(); ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) perm.push_back(d);
+  bool identity = true;
+  for (size_t d = 0; d < perm.size(); ++d) identity &= perm[d] == int(d);
+  const Tensor front = identity ? t : permute(t, perm);
+  int64_t rows = 1, cols = 1;
+  Shape out_shape = index_shape;
+  for (size_t d = 0; d < perm.size(); ++d) {
+    if (d < axes.size())
+      rows *= front.size(int(d));
+    else
+      cols *= front.size(int(d)), out_shape.push_back(front.size(int(d)));
+  }
+  if (rows > INT32_MAX) throw IndexError("index: the indexed axes hold more than 2^31 positions");
+  const int64_t n = index_shape.numel();
+  std::vector<int32_t> ids(size_t(n));
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t flat = 0;
+    for (size_t j = 0; j < axes.size(); ++j) {
+      const int64_t size = front.size(int(j));
+      flat = flat * size + checked_position(positions[j][size_t(e)], size, self_axes[j], self);
+    }
+    ids[size_t(e)] = int32_t(flat);
+  }
+  // (reshapes to the shape a tensor already has are skipped: they would only add tape entries)
+  auto reshaped = [](const Tensor& x, const Shape& s) { return x.shape() == s ? x : reshape(x, s); };
+  const Tensor table = reshaped(front, Shape{rows, cols});
+  if (t.is_floating()) return reshaped(embedding(table, Tensor::from_ids(ids, Shape{n})), out_shape);
+  const Tensor src = table.contiguous();
+  Tensor out = Tensor::empty(out_shape, t.dtype());
+  for (int64_t e = 0; e < n; ++e)
+    std::memcpy(out.data<int32_t>() + e * cols, src.data<int32_t>() + int64_t(ids[size_t(e)]) * cols,
+                size_t(cols) * sizeof(int32_t));
+  return out;
+}
+
+// A slice of any step as a gather of its positions along `axis` (their dimension stays in place).
+Tensor stepped(const Tensor& t, int axis, Py_ssize_t start, Py_ssize_t step, Py_ssize_t len, const Tensor& self,
+               int self_axis) {
+  std::vector<int64_t> pos(size_t(len));
+  for (Py_ssize_t i = 0; i < len; ++i) pos[size_t(i)] = start + i * step;
+  const Tensor g = gather(t, {axis}, {pos}, Shape{int64_t(len)}, self, {self_axis});
+  if (axis == 0) return g;
+  std::vector<int> back;
+  for (int d = 1; d <= axis; ++d) back.push_back(d);
+  back.push_back(0);
+  for (int d = axis + 1; d < g.ndim(); ++d) back.push_back(d);
+  return permute(g, back);
+}
+
+Tensor index(const Tensor& self, py::handle key) {
+  const std::vector<KeyItem> items = parse_key(self, key);
+  bool advanced = false;
+  for (const KeyItem& it : items) advanced |= it.kind == KeyItem::array;
+  // The basic items first (ints only when no array is there: beside one, an int is an index array of
+  // its own), keeping the advanced ones' axes whole and noting where they are.
   Tensor t = self;
-  int axis = 0;      // in t
-  int src_axis = 0;  // the same axis in self, for messages
-  bool ellipsis = false;
-  for (auto item : items) {
-    if (item.is(py::ellipsis())) {
-      if (ellipsis) throw IndexError("index: at most one Ellipsis");
-      ellipsis = true;
-      axis += self.ndim() - consumed;
-      src_axis += self.ndim() - consumed;
-    } else if (item.is_none()) {
+  int axis = 0, src_axis = 0;
+  std::vector<int> adv_axes, adv_src_axes, adv_items;
+  std::vector<py::object> adv_arrays;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const KeyItem& it = items[k];
+    if (it.kind == KeyItem::new_axis) {
       Shape s = t.shape();
       s.insert(axis++, 1);
       t = reshape(t, s);
-    } else if (PySlice_Check(item.ptr())) {
+    } else if (it.kind == KeyItem::slice) {
       Py_ssize_t start, stop, step;
-      if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+      if (PySlice_Unpack(it.object.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
       const Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(t.size(axis)), &start, &stop, step);
-      if (step != 1)
-        throw IndexError("index: slice step " + std::to_string(step) + " on axis " +
-                         std::to_string(src_axis) + " of shape " + to_string(self.shape()) +
-                         ": only step 1 is a view (use numpy for others)");
-      t = narrow(t, axis++, start, len);
-      ++src_axis;
-    } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
-      int64_t i = py::reinterpret_borrow<py::object>(item).cast<int64_t>();
-      const int64_t n = t.size(axis);
-      if (i < -n || i >= n)
-        throw IndexError("index: " + std::to_string(i) + " is out of range for axis " +
-                         std::to_string(src_axis) + " of shape " + to_string(self.shape()));
-      ++src_axis;
-      if (i < 0) i += n;
+      t = step == 1 ? narrow(t, axis, start, len) : stepped(t, axis, start, step, len, self, src_axis);
+      ++axis, ++src_axis;
+    } else if (it.kind == KeyItem::integer && !advanced) {
+      const int64_t i = checked_position(it.value, t.size(axis), src_axis, self);
       Shape s = t.shape();
       s.erase(axis);
       t = reshape(narrow(t, axis, i, 1), s);
+      ++src_axis;
     } else {
-      throw IndexError("index: only ints, slices, Ellipsis and None index a tensor, not " +
-                       py::type::of(item).attr("__name__").cast<std::string>() +
-                       " (ops.embedding gathers rows, ops.where selects)");
+      adv_axes.push_back(axis++);
+      adv_src_axes.push_back(src_axis++);
+      adv_items.push_back(int(k));
+      adv_arrays.push_back(it.kind == KeyItem::array ? it.object : py::cast(it.value));
     }
   }
-  return t;
+  if (!advanced) return t;
+  py::list broadcast;
+  try {
+    broadcast = py::module_::import("numpy").attr("broadcast_arrays")(*py::tuple(py::cast(adv_arrays)));
+  } catch (py::error_already_set& e) {
+    throw IndexError(std::string("index: the index arrays do not broadcast together: ") + e.what());
+  }
+  std::vector<std::vector<int64_t>> positions;
+  Shape index_shape;
+  for (auto b : broadcast) {
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> a(py::reinterpret_borrow<py::object>(b));
+    positions.emplace_back(a.data(), a.data() + a.size());
+    index_shape = Shape(std::vector<int64_t>(a.shape(), a.shape() + a.ndim()));
+  }
+  Tensor out = gather(t, adv_axes, positions, index_shape, self, adv_src_axes);
+  // Adjacent in the key: the index dimensions take the place of the first indexed axis.
+  bool adjacent = true;
+  for (size_t j = 1; j < adv_items.size(); ++j) adjacent &= adv_items[j] == adv_items[j - 1] + 1;
+  const int before = adv_axes[0], nb = index_shape.ndim();
+  if (!adjacent || before == 0 || nb == 0) return out;
+  std::vector<int> dims;
+  for (int d = 0; d < before; ++d) dims.push_back(nb + d);
+  for (int d = 0; d < nb; ++d) dims.push_back(d);
+  for (int d = nb + before; d < out.ndim(); ++d) dims.push_back(d);
+  return permute(out, dims);
 }
 
+// t[key] = value, in place through numpy. Refused when the write would make a gradient wrong without
+// a word: a leaf that requires grad while recording (write under no_grad, as initialisation does), a
+// result on the tape, a value that requires grad (no gradient would reach it), or storage an entry
+// on this thread's tape keeps for its backward.
+void assign(const Tensor& self, py::handle key, py::handle value) {
+  if (self.requires_grad() && !self.is_leaf())
+    throw AutogradError("index assignment: " + self.describe() +
+                        " is a result on the tape; writing into it is not recorded (there are no in-place ops), "
+                        "so gradients through it would be wrong. Build the new value out of place (ops.where), or "
+                        "write into .detach() / .clone()");
+  if (self.requires_grad() && grad_enabled())
+    throw AutogradError("index assignment: a leaf that requires grad (" + self.describe() +
+                        ") cannot be written in place while recording; write under tapegrad.no_grad(), or into a "
+                        "tensor that does not require grad");
+  if (py::isinstance<Tensor>(value) && value.cast<Tensor>().requires_grad() && grad_enabled())
+    throw AutogradError("index assignment: the value " + value.cast<Tensor>().describe() +
+                        " requires grad, but an assignment is not recorded, so no gradient would reach it; pass "
+                        ".detach() or write under tapegrad.no_grad()");
+  const Storage* storage = self.impl()->storage.get();
+  const Tape& tape = current_tape();
+  for (size_t k = 0; k < tape.size(); ++k) {
+    const TapeEntry& e = tape.entries()[k];
+    bool holds = e.output.defined() && e.output.impl()->storage.get() == storage;
+    for (const Tensor& in : e.inputs) holds |= in.defined() && in.impl()->storage.get() == storage;
+    if (holds)
+      throw AutogradError("index assignment: tape entry #" + std::to_string(k) + " (" + entry_name(e) +
+                          ") keeps this tensor's memory for its backward, which the write would change; run "
+                          "backward first, or write into a .clone()");
+  }
+  py::object v = py::isinstance<Tensor>(value) ? py::object(to_numpy(value.cast<Tensor>()))
+                                                : py::reinterpret_borrow<py::object>(value);
+  py::object target = to_numpy(self);
+  target[numpy_key(key)] = v;
+}
 }  // namespace
 
 Tensor to_tensor(py::handle obj) {
@@ -365,7 +578,11 @@ void bind_tensor(py::module_& m) {
   cls.def("__hash__", [](const Tensor& t) { return std::hash<const void*>()(t.impl()); });
   cls.def("same", &Tensor::same, "True when both handles are the same tensor.");
   cls.def("__getitem__", &index,
-          "Ints and step-1 slices, Ellipsis and None: views recorded as narrow/reshape.");
+          "As numpy: ints, step-1 slices, Ellipsis and None are views recorded as narrow/reshape; other "
+          "steps, integer arrays and boolean masks are a recorded gather (a copy). Differentiable.");
+  cls.def("__setitem__", &assign,
+          "t[key] = value in place, as numpy does it (shared memory); not recorded, so refused for a tensor "
+          "that requires grad (a leaf may be written under no_grad) or that the tape keeps for backward.");
 
   // Operators. A Python number takes the tensor's dtype; an array must match it (DTypeError otherwise).
   using py::gil_scoped_release;

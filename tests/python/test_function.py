@@ -1,5 +1,6 @@
 # Custom ops written in Python (tapegrad.Function): recorded under the class's name, checked by
-# gradcheck, with ctx, non-tensor arguments, wrong backward results refused, and the example script.
+# gradcheck, with ctx, non-tensor arguments, wrong backward results refused, and the example script;
+# several outputs (one gradient each, None for an unused one), int32 outputs and aliased outputs.
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from numeric import check_grad
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -109,3 +111,133 @@ def test_the_example_runs():
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SiLU" in r.stdout and "gradcheck: passed" in r.stdout
+
+
+# ---- several outputs, inputs without gradients
+
+
+class SplitScale(tg.Function):
+    """(a, b) = (x * w * k, tanh(x) * k): two outputs of two tensors and a number; backward receives
+    one gradient per output (None for one no gradient reached)."""
+
+    @staticmethod
+    def forward(ctx, x, w, k):
+        ctx.save_for_backward(x, w)
+        ctx.k = k
+        ctx.seen = []
+        return x * w * k, tg.ops.tanh(x) * k
+
+    @staticmethod
+    def backward(ctx, da, db):
+        ctx.seen.append((da is None, db is None))
+        x, w = ctx.saved_tensors
+        dx = tg.zeros(list(x.shape), dtype=x.dtype)
+        if da is not None:
+            dx = dx + da * w * ctx.k
+        if db is not None:
+            t = tg.ops.tanh(x)
+            dx = dx + db * (1.0 - t * t) * ctx.k
+        dw = da * x * ctx.k if da is not None and ctx.needs_input_grad[1] else None
+        return dx, dw, None
+
+
+def test_several_outputs_are_recorded_and_pass_gradcheck():
+    rng = np.random.default_rng(1)
+    x = tg.tensor(rng.standard_normal(5), requires_grad=True)
+    w = tg.tensor(rng.standard_normal(5), requires_grad=True)
+    tg.current_tape().clear()
+    a, b = SplitScale.apply(x, w, 2.0)
+    assert [e.op for e in tg.current_tape().entries] == ["SplitScale", "SplitScale[0]", "SplitScale[1]"]
+    assert a.requires_grad and b.requires_grad
+    (a * 3.0 + b).sum().backward()
+    t = np.tanh(x.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * w.numpy() + 2.0 * (1 - t * t))
+    np.testing.assert_allclose(w.grad.numpy(), 6.0 * x.numpy())
+    r = tg.gradcheck(lambda x, w: tg.ops.concat(list(SplitScale.apply(x, w, 1.5)), 0), [x, w])
+    assert r.ok, r.message
+    check_grad(lambda x, w: tg.ops.stack(list(SplitScale.apply(x, w, 0.5)), 1),
+               [rng.standard_normal(4), rng.standard_normal(4)])
+
+
+def test_an_unused_output_gets_none_and_an_input_without_grad_no_gradient():
+    x = tg.tensor(np.linspace(-1, 1, 4), requires_grad=True)
+    w = tg.tensor(np.ones(4))  # needs no gradient
+    a, b = SplitScale.apply(x, w, 1.0)
+    b.sum().backward()  # only b reaches the loss
+    np.testing.assert_allclose(x.grad.numpy(), 1 - np.tanh(x.numpy()) ** 2)
+    assert w.grad is None
+    x.zero_grad()
+    a, b = SplitScale.apply(x, w, 1.0)
+    a.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), w.numpy())
+
+    seen = {}
+
+    class Probe(tg.Function):
+        @staticmethod
+        def forward(ctx, x, w, k):
+            seen["needs"] = ctx.needs_input_grad
+            return x * w, x + w
+
+        @staticmethod
+        def backward(ctx, da, db):
+            seen.setdefault("grads", []).append((da is None, db is None))
+            return (da if da is not None else db * 0.0), None, None
+
+    y0, y1 = Probe.apply(x, w, 3)
+    assert seen["needs"] == (True, False, False)
+    y0.sum().backward()
+    y0, y1 = Probe.apply(x, w, 3)
+    y1.sum().backward()
+    assert seen["grads"] == [(False, True), (True, False)]
+
+
+def test_retained_walks_each_deliver_their_own_gradients():
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    w = tg.tensor(np.full(3, 2.0), requires_grad=True)
+    a, b = SplitScale.apply(x, w, 1.0)
+    loss = a.sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * x.numpy())  # twice the single walk, not more
+
+
+def test_int32_outputs_are_not_differentiated_and_inputs_are_not_rebound():
+    class MaxWithIndex(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            i = int(np.argmax(x.numpy()))
+            ctx.i, ctx.n = i, x.shape[0]
+            return x[i], tg.tensor(np.array([i], np.int32)), x
+
+        @staticmethod
+        def backward(ctx, dmax, dindex, dsame):
+            assert dindex is None
+            g = np.zeros(ctx.n)
+            g[ctx.i] = dmax.item() if dmax is not None else 0.0
+            return tg.tensor(g) + (dsame if dsame is not None else 0.0)
+
+    x = tg.tensor(np.array([1.0, 5.0, 2.0]), requires_grad=True)
+    m, i, same = MaxWithIndex.apply(x)
+    assert i.dtype == "int32" and not i.requires_grad
+    assert x.is_leaf and not same.same(x)  # the output aliasing the input is a handle of its own
+    (m * 2.0 + same.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 3.0, 1.0])
+
+
+def test_a_wrong_several_output_forward_is_refused():
+    class Mixed(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0, 2.0
+
+    class Empty(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return ()
+
+    x = tg.tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(TypeError, match="Mixed.forward must return .* a tuple holding a float"):
+        Mixed.apply(x)
+    with pytest.raises(TypeError, match="Empty.forward returned an empty tuple"):
+        Empty.apply(x)
