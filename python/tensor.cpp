@@ -226,10 +226,7 @@ std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
       ++consumed;
     } else if (PyBool_Check(h.ptr())) {
       throw IndexError("index: a bool is not an index (use a boolean array as a mask)");
-    } else if (PyIndex_Check(h.ptr())) {
-      items.push_back({KeyItem::integer, py::none(), py::reinterpret_borrow<py::object>(h).cast<int64_t>()});
-      ++consumed;
-    } else if (is_array_item(h)) {
+    } else if (is_array_item(h)) {  // before ints: numpy arrays pass PyIndex_Check too
       py::array a = py::isinstance<Tensor>(h) ? py::array(tensor_index(h.cast<Tensor>())) : py::array(np.attr("asarray")(h));
       const char kind = a.dtype().kind();
       if (kind == 'b') {
@@ -251,6 +248,9 @@ std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
         throw IndexError("index: arrays used as indices must hold integers or bools, not " +
                          a.dtype().attr("name").cast<std::string>());
       }
+    } else if (PyIndex_Check(h.ptr())) {
+      items.push_back({KeyItem::integer, py::none(), py::reinterpret_borrow<py::object>(h).cast<int64_t>()});
+      ++consumed;
     } else {
       throw IndexError("index: only ints, slices, Ellipsis, None, integer arrays and boolean masks index a "
                        "tensor, not " + type_name(h));
@@ -264,11 +264,12 @@ std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
   return items;
 }
 
-// Positions along an axis of `size`, negative ones counted from the end; IndexError outside.
+// A position along an axis of `size` (axis `axis` of self, for the message), negative ones counted
+// from the end; IndexError outside.
 int64_t checked_position(int64_t i, int64_t size, int axis, const Tensor& self) {
   if (i < -size || i >= size)
     throw IndexError("index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) +
-                     " of size " + std::to_string(size) + " (shape " + to_string(self.shape()) + ")");
+                     " of shape " + to_string(self.shape()));
   return i < 0 ? i + size : i;
 }
 
@@ -294,7 +295,7 @@ Tensor gather(const Tensor& t, const std::vector<int>& axes, const std::vector<s
   }
   if (rows > INT32_MAX) throw IndexError("index: the indexed axes hold more than 2^31 positions");
   const int64_t n = index_shape.numel();
-  std::vector<int32_t> ids(size_t(n));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t e = 0; e < n; ++e) {
     int64_t flat = 0;
     for (size_t j = 0; j < axes.size(); ++j) {
@@ -318,7 +319,7 @@ Tensor gather(const Tensor& t, const std::vector<int>& axes, const std::vector<s
 // A slice of any step as a gather of its positions along `axis` (their dimension stays in place).
 Tensor stepped(const Tensor& t, int axis, Py_ssize_t start, Py_ssize_t step, Py_ssize_t len, const Tensor& self,
                int self_axis) {
-  std::vector<int64_t> pos(size_t(len));
+  std::vector<int64_t> pos(static_cast<size_t>(len));
   for (Py_ssize_t i = 0; i < len; ++i) pos[size_t(i)] = start + i * step;
   const Tensor g = gather(t, {axis}, {pos}, Shape{int64_t(len)}, self, {self_axis});
   if (axis == 0) return g;
@@ -349,7 +350,10 @@ Tensor index(const Tensor& self, py::handle key) {
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(it.object.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
       const Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(t.size(axis)), &start, &stop, step);
-      t = step == 1 ? narrow(t, axis, start, len) : stepped(t, axis, start, step, len, self, src_axis);
+      if (step != 1)
+        t = stepped(t, axis, start, step, len, self, src_axis);
+      else if (len != t.size(axis))  // a whole axis (`:`) is t itself: no entry
+        t = narrow(t, axis, start, len);
       ++axis, ++src_axis;
     } else if (it.kind == KeyItem::integer && !advanced) {
       const int64_t i = checked_position(it.value, t.size(axis), src_axis, self);

@@ -89,7 +89,7 @@ def test_an_int32_tensor_indexes_like_numpy():
 
 def test_bad_keys_are_one_line_errors():
     x = tg.tensor(A.copy())
-    with pytest.raises(tg.IndexError, match="index 7 is out of range for axis 1 of size 5"):
+    with pytest.raises(tg.IndexError, match=r"index 7 is out of range for axis 1 of shape \[4,5,3\]"):
         x[:, [0, 7]]
     with pytest.raises(tg.IndexError, match="index -5 is out of range for axis 0"):
         x[[-5]]
