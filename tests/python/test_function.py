@@ -193,13 +193,25 @@ def test_an_unused_output_gets_none_and_an_input_without_grad_no_gradient():
 
 
 def test_retained_walks_each_deliver_their_own_gradients():
-    x = tg.tensor(np.arange(3.0), requires_grad=True)
-    w = tg.tensor(np.full(3, 2.0), requires_grad=True)
-    a, b = SplitScale.apply(x, w, 1.0)
-    loss = a.sum()
-    loss.backward(retain_graph=True)
-    loss.backward()
-    np.testing.assert_allclose(w.grad.numpy(), 2 * x.numpy())  # twice the single walk, not more
+    received = []
+
+    class Pair(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2.0, x * 3.0
+
+        @staticmethod
+        def backward(ctx, da, db):
+            received.append((None if da is None else da.numpy().tolist(), None if db is None else db.numpy().tolist()))
+            return (da * 2.0 if da is not None else 0.0) + (db * 3.0 if db is not None else 0.0)
+
+    x = tg.tensor(np.ones(2), requires_grad=True)
+    a, b = Pair.apply(x)
+    (a.sum() + (b * 5.0).sum()).backward(retain_graph=True)
+    b.sum().backward(retain_graph=True)  # the first walk's d(a) is not delivered again
+    a.sum().backward()
+    assert received == [([1.0, 1.0], [5.0, 5.0]), (None, [1.0, 1.0]), ([1.0, 1.0], None)]
+    np.testing.assert_array_equal(x.grad.numpy(), [17.0 + 3.0 + 2.0] * 2)
 
 
 def test_int32_outputs_are_not_differentiated_and_inputs_are_not_rebound():

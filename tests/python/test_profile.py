@@ -40,7 +40,12 @@ def test_rows_count_calls_and_flops_per_op_kind():
 
 
 def test_memory_reports_the_blocks_peak():
+    earlier = tg.zeros([1 << 22])  # 16 MiB before the block: not its peak
+    del earlier
     before = tg.memory_stats()["bytes_in_use"]
+    with tg.profile() as small:
+        tg.zeros([16])
+    assert small.memory["peak_bytes_above_start"] < 1 << 20
     with tg.profile() as p:
         big = tg.zeros([1 << 20])  # 4 MiB, freed inside the block
         del big
