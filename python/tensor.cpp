@@ -212,7 +212,6 @@ std::string type_name(py::handle h) { return py::type::of(h).attr("__name__").ca
 
 std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
   py::tuple raw = py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
-  auto np = py::module_::import("numpy");
   std::vector<KeyItem> items;
   int ellipsis_at = -1, consumed = 0;
   for (auto h : raw) {
@@ -227,6 +226,7 @@ std::vector<KeyItem> parse_key(const Tensor& self, py::handle key) {
     } else if (PyBool_Check(h.ptr())) {
       throw IndexError("index: a bool is not an index (use a boolean array as a mask)");
     } else if (is_array_item(h)) {  // before ints: numpy arrays pass PyIndex_Check too
+      auto np = py::module_::import("numpy");  // (only here: basic keys need none of numpy)
       py::array a = py::isinstance<Tensor>(h) ? py::array(tensor_index(h.cast<Tensor>())) : py::array(np.attr("asarray")(h));
       const char kind = a.dtype().kind();
       if (kind == 'b') {
@@ -369,7 +369,7 @@ Tensor index(const Tensor& self, py::handle key) {
     }
   }
   if (!advanced) return t;
-  py::list broadcast;
+  py::object broadcast;
   try {
     broadcast = py::module_::import("numpy").attr("broadcast_arrays")(*py::tuple(py::cast(adv_arrays)));
   } catch (py::error_already_set& e) {
