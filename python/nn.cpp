@@ -99,6 +99,23 @@ nn::ParamList param_list(py::handle params) {
   return out;
 }
 
+// The PyModule behind `self` (a Python subclass of nn.Module), or null for a C++ module.
+PyModule* python_module(py::handle self) {
+  nn::Module* mod = nullptr;
+  try {
+    mod = &self.cast<nn::Module&>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(py::str(py::type::of(self).attr("__name__"))) +
+                         ": call super().__init__() (nn.Module.__init__) before assigning attributes");
+  }
+  return dynamic_cast<PyModule*>(mod);
+}
+
+// object.__setattr__: into the instance's __dict__ (or through a property of the class).
+void set_plain_attribute(py::handle self, py::handle name, py::handle value) {
+  if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
+}
+
 // A schedule driving an optimizer's learning rate: optim::learning_rate of the current 1-based step,
 // set before that step's update (as train_step sets it).
 class Scheduler {
@@ -171,19 +188,18 @@ void bind_nn(py::module_& m, py::module_& nn, py::module_& optim) {
       .def(py::init_alias<>())
       .def(
           "__setattr__",
-          [](py::object self, const std::string& name, py::object value) {
-            if (auto* mod = dynamic_cast<PyModule*>(&self.cast<nn::Module&>()))
-              mod->register_attribute(name, value);
-            py::module_::import("builtins").attr("object").attr("__setattr__")(self, name, value);
+          [](py::handle self, py::str name, py::handle value) {
+            if (PyModule* mod = python_module(self)) mod->register_attribute(name, value);
+            set_plain_attribute(self, name, value);
           },
           py::arg("name"), py::arg("value"))
       .def(
           "register_buffer",
-          [](py::object self, const std::string& name, const Tensor& t) {
-            auto* mod = dynamic_cast<PyModule*>(&self.cast<nn::Module&>());
+          [](py::handle self, py::str name, const Tensor& t) {
+            PyModule* mod = python_module(self);
             if (!mod) throw py::type_error("register_buffer: only Python subclasses of nn.Module take buffers");
             mod->add_buffer(name, t);
-            py::module_::import("builtins").attr("object").attr("__setattr__")(self, name, t);
+            set_plain_attribute(self, name, py::cast(t));
           },
           "keeps `tensor` as attribute `name`: it follows to(dtype) but is neither trained nor saved",
           py::arg("name"), py::arg("tensor"))

@@ -288,9 +288,10 @@ class MLP(nn.Module):
 def test_python_modules_register_their_attributes():
     m = MLP()
     names = [n for n, _ in m.named_parameters()]
-    assert names == ["fc1.weight", "fc1.bias", "scale.gain", "fc2.weight", "fc2.bias", "offset"]
+    # as named_parameters orders a C++ module: its own parameters first, then each sub-module
+    assert names == ["offset", "fc1.weight", "fc1.bias", "scale.gain", "fc2.weight", "fc2.bias"]
     assert m.parameter_count() == 2 * 16 + 16 + 16 + 16 + 1 + 1
-    assert m.named_parameters()[2][1].numpy() is not None and m.fc1 is m.fc1 and m.note == "a plain attribute"
+    assert m.note == "a plain attribute" and m.last.requires_grad is False
     assert len(m.buffers()) == 1
     m.eval()
     assert not m.fc1.training and not m.scale.training
@@ -439,7 +440,7 @@ def test_a_checkpoint_of_the_command_line_translates_from_python(kind, tmp_path)
     lines = ["abc", "dab", "cadb"]
     cli = run_cli("translate", "--checkpoint", out, stdin="\n".join(lines) + "\n").splitlines()
     srcs = [ck.encode(line) for line in lines]
-    batch = data.Batch([(s, [data.EOS]) for s in srcs])
+    batch = data.Batch([(s, s) for s in srcs])
     greedy = ck.model.greedy_decode(batch.src, batch.src_len, max_len=2 * 4 + 8)
     assert [ck.decode(o) for o in greedy] == cli
     beam_cli = run_cli("translate", "--checkpoint", out, "--beam", "3", stdin="abc\n").splitlines()
