@@ -101,14 +101,12 @@ nn::ParamList param_list(py::handle params) {
 
 // The PyModule behind `self` (a Python subclass of nn.Module), or null for a C++ module.
 PyModule* python_module(py::handle self) {
-  nn::Module* mod = nullptr;
-  try {
-    mod = &self.cast<nn::Module&>();
-  } catch (const py::cast_error&) {
+  // Before Module.__init__ has run the instance holds no C++ object yet (a cast would read null).
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  if (!inst->get_value_and_holder().holder_constructed())
     throw py::type_error(std::string(py::str(py::type::of(self).attr("__name__"))) +
                          ": call super().__init__() (nn.Module.__init__) before assigning attributes");
-  }
-  return dynamic_cast<PyModule*>(mod);
+  return dynamic_cast<PyModule*>(&self.cast<nn::Module&>());
 }
 
 // object.__setattr__: into the instance's __dict__ (or through a property of the class).
