@@ -29,6 +29,12 @@ Tensor to_tensor(py::handle obj);
 // shape [] (for broadcasting).
 Tensor to_operand(py::handle obj, const Tensor& like);
 
+// The generator a `seed` argument names: a Generator (itself), an int (`scratch` seeded with it) or
+// None (this thread's default generator); TypeError for anything else.
+Generator& generator_arg(py::handle seed, Generator& scratch);
+// "float32" or "float64" as a DType; DTypeError for anything else.
+DType module_dtype(const std::string& name);
+
 // The pieces, in the order module.cpp calls them.
 void bind_errors(py::module_& m);
 void bind_tensor(py::module_& m);
@@ -36,5 +42,8 @@ void bind_ops(py::module_& m, py::module_& ops);
 void bind_engine(py::module_& m);
 void bind_function(py::module_& m);
 void bind_nn(py::module_& m, py::module_& nn, py::module_& optim);
+// The recurrent and Transformer layers, the seq2seq models and GPT (tapegrad.nn), batches and
+// vocabularies (tapegrad.data), train_step and checkpoint loading (tapegrad.train).
+void bind_models(py::module_& nn, py::module_& data, py::module_& train);
 
 }  // namespace tapegrad::python

@@ -1,7 +1,8 @@
 // The Python module `tapegrad`: tensors sharing memory with numpy, the ops (also under
 // tapegrad.ops), the engine (backward, grad, no_grad, the tape, gradcheck, the functional API),
-// custom ops written in Python (tapegrad.Function), and the nn modules and optimizers
-// (tapegrad.nn, tapegrad.optim). Errors arrive as the Python exceptions of errors.cpp.
+// custom ops written in Python (tapegrad.Function), the nn modules, models and optimizers
+// (tapegrad.nn, tapegrad.optim), batches and vocabularies (tapegrad.data), and train_step and
+// checkpoint loading (tapegrad.train). Errors arrive as the Python exceptions of errors.cpp.
 #include "bindings.hpp"
 
 namespace tapegrad::python {
@@ -28,11 +29,14 @@ PYBIND11_MODULE(tapegrad, m) {
   };
   pybind11::module_ ops = sub("ops", "Differentiable functions (ops.hpp)");
   pybind11::module_ nn = sub("nn", "Layers with named parameters (nn/*.hpp) and nn.save / nn.load");
-  pybind11::module_ optim = sub("optim", "Optimizers on a module's parameters (optim.hpp)");
+  pybind11::module_ optim = sub("optim", "Optimizers, clipping and learning-rate schedules (optim.hpp)");
+  pybind11::module_ data = sub("data", "Padded batches and vocabularies (data.hpp)");
+  pybind11::module_ train = sub("train", "The training step and checkpoint loading (train.hpp, train/step.hpp)");
   tp::bind_errors(m);
   tp::bind_tensor(m);
   tp::bind_ops(m, ops);
   tp::bind_engine(m);
   tp::bind_function(m);
   tp::bind_nn(m, nn, optim);
+  tp::bind_models(nn, data, train);
 }
