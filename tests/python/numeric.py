@@ -14,6 +14,26 @@ def const(a):
     return np.asarray(a, dtype=np.float64).view(Const)
 
 
+class Inputs:
+    """Random inputs of the kinds the op rows need, all drawn from one seeded generator."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def normal(self, *shape):
+        return self.rng.standard_normal(shape)
+
+    def positive(self, *shape):
+        return self.rng.uniform(0.5, 2.0, shape)
+
+    def no_kink(self, *shape):  # away from 0, where relu and abs have a kink
+        return self.rng.uniform(0.2, 1.0, shape) * self.rng.choice([-1.0, 1.0], shape)
+
+    def distinct(self, *shape):  # no ties for max
+        n = int(np.prod(shape))
+        return (self.rng.permutation(n) * 0.1).reshape(shape).astype(np.float64)
+
+
 def differentiated(a):
     return a.dtype == np.float64 and not isinstance(a, Const)
 

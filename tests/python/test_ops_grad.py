@@ -4,27 +4,12 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from numeric import check_grad, const
+from numeric import Inputs, check_grad, const
 
 ops = tg.ops
-rng = np.random.default_rng(7)
-
-
-def normal(*shape):
-    return rng.standard_normal(shape)
-
-
-def positive(*shape):
-    return rng.uniform(0.5, 2.0, shape)
-
-
-def no_kink(*shape):  # away from 0, where relu and abs have a kink
-    return rng.uniform(0.2, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
-
-
-def distinct(*shape):  # no ties for max
-    n = int(np.prod(shape))
-    return (rng.permutation(n) * 0.1).reshape(shape).astype(np.float64)
+inputs = Inputs(7)
+normal, positive, no_kink = inputs.normal, inputs.positive, inputs.no_kink
+distinct = inputs.distinct
 
 
 def ids(values, shape):

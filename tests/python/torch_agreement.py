@@ -10,29 +10,19 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from numeric import Inputs
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 ops = tg.ops
 RTOL, ATOL = 1e-10, 1e-12
-rng = np.random.default_rng(11)
+inputs = Inputs(11)
+rng = inputs.rng
+normal, positive, no_kink = inputs.normal, inputs.positive, inputs.no_kink
 
 
-def normal(*shape):
-    return rng.standard_normal(shape)
-
-
-def positive(*shape):
-    return rng.uniform(0.5, 2.0, shape)
-
-
-def no_kink(*shape):  # away from 0, where relu and abs have a kink
-    return rng.uniform(0.2, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
-
-
-def distinct(*shape):  # no ties for max
-    n = int(np.prod(shape))
-    return (rng.permutation(n) * 0.1 - 1.0).reshape(shape)
+def distinct(*shape):  # no ties for max, centred near 0
+    return inputs.distinct(*shape) - 1.0
 
 
 class Fixed(np.ndarray):
