@@ -45,9 +45,9 @@ def leaves(seed):
     return (rng.standard_normal(SIZE).astype(np.float32), rng.standard_normal(SIZE).astype(np.float32))
 
 
-def run_tapegrad(iters, a0, b0):
-    a = tg.tensor(a0.copy(), requires_grad=True)
-    b = tg.tensor(b0.copy(), requires_grad=True)
+def run_loop(leaf, stack, iters, a0, b0):
+    """The timed loop, the same code for both frameworks: leaf(array) makes a leaf with grad, stack joins."""
+    a, b = leaf(a0), leaf(b0)
     gc.collect()
     t0 = time.perf_counter()
     cs = []
@@ -55,26 +55,18 @@ def run_tapegrad(iters, a0, b0):
         c = a * b + a
         cs.append(c)
     t1 = time.perf_counter()
-    loss = tg.ops.stack(cs).sum()
+    loss = stack(cs).sum()
     loss.backward()
     t2 = time.perf_counter()
     return t1 - t0, t2 - t0, (loss.item(), a.grad.numpy().copy(), b.grad.numpy().copy())
+
+
+def run_tapegrad(iters, a0, b0):
+    return run_loop(lambda x: tg.tensor(x.copy(), requires_grad=True), tg.ops.stack, iters, a0, b0)
 
 
 def run_torch(iters, a0, b0):
-    a = torch.tensor(a0, requires_grad=True)
-    b = torch.tensor(b0, requires_grad=True)
-    gc.collect()
-    t0 = time.perf_counter()
-    cs = []
-    for _ in range(iters):
-        c = a * b + a
-        cs.append(c)
-    t1 = time.perf_counter()
-    loss = torch.stack(cs).sum()
-    loss.backward()
-    t2 = time.perf_counter()
-    return t1 - t0, t2 - t0, (loss.item(), a.grad.numpy().copy(), b.grad.numpy().copy())
+    return run_loop(lambda x: torch.tensor(x, requires_grad=True), torch.stack, iters, a0, b0)
 
 
 def check_agreement(iters, a0, b0):
