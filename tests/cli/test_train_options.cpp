@@ -168,6 +168,9 @@ namespace {
 
 // Written by the build before the option table (see its commit): keys clip_norm, task_min_len,
 // tokenization, train_file, ...; model d_model 8, --clip 0.5, lengths 2-4, 5 symbols, seed 7, step 3.
+// Its tensors are those of the same run on the SSE2 kernels (TAPEGRAD_ARCH=sse2, which every x86-64
+// machine has; headers and stored options as the old build wrote them), and the test runs on SSE2 too:
+// its runs are compared with the checkpoint bit for bit, and each instruction set rounds differently.
 const std::string kOldCheckpoint =
     std::string(TAPEGRAD_SOURCE_DIR) + "/tests/cli/data/checkpoint-before-option-table";
 const std::string kOldOptions =
@@ -189,6 +192,10 @@ void edit_stored_options(const std::string& dir, const std::function<void(nlohma
 TEST_CASE("a checkpoint and config.json written before the option table load, evaluate, resume and "
           "configure a run under their old keys",
           "[cli][options]") {
+  ::setenv("TAPEGRAD_ARCH", "sse2", 1);  // the kernels the checkpoint was written with (see kOldCheckpoint)
+  struct RestoreArch {
+    ~RestoreArch() { ::unsetenv("TAPEGRAD_ARCH"); }
+  } restore_arch;
   const train::LoadedModel m = train::load_checkpoint(kOldCheckpoint);
   CHECK(m.step == 3);
   CHECK(m.options.clip == 0.5);
