@@ -106,9 +106,15 @@ const Blocking& blocking() {
   return b;
 }
 
-// Below this many flops (2*M*N*K) per thread a GEMM does not even consider a team: a fork/join
-// costs a few microseconds on a quiet machine, about what 1 MFLOP takes on one core.
-inline constexpr double kMinFlopsPerThread = 1.0e6;
+// Below this many flops (2*M*N*K) per thread a GEMM does not even consider a team. A warm
+// fork/join costs about a microsecond on a quiet machine (libgomp's workers arrive 0.2 us after the
+// master, a whole empty region takes 1-3 us on Zen 3), about what 0.25 MFLOP takes on one core;
+// TeamCost decides above this. At 1 MFLOP, 64^3 (0.5 MFLOP) never tried a team: 86 GFLOP/s on
+// two threads where oneDNN's team gives 115.
+inline constexpr double kMinFlopsPerThread = 0.25e6;
+// A batched GEMM runs a team inside each matrix rather than a matrix per thread only from this
+// size of matrix up (and only when the batch does not divide evenly, see gemm_batched).
+inline constexpr double kMinFlopsPerMatrixTeam = 16.0e6;
 
 // Row-major B up to this many bytes (K x N) is read in place instead of packed (see gemm_driver.hpp).
 inline constexpr int64_t kMaxUnpackedB = 64 << 10;
@@ -182,7 +188,7 @@ class TeamBarrier {
 // perfectly parallel run (TeamRun), and a GEMM takes a team only when half its one-thread time
 // exceeds the estimate: the median of the last five losses, so that one outlier (the first run,
 // which starts the threads and first-touches their buffers, or one preemption) does not switch
-// teams off, while lasting contention does. The estimate halves every 200 ms without news, and a
+// teams off, while lasting contention does. The estimate halves every 25 ms without news, and a
 // probe that loses little replaces the history (see record), so after the machine quietens GEMMs go
 // back to teams at the first good probe; under lasting load that costs a few slow calls per period.
 // TAPEGRAD_GEMM_TEAM=always skips the estimate (tests use it to exercise the team code whatever the load).
@@ -224,12 +230,17 @@ class TeamCost {
 
   double estimate_us(Clock::time_point now) const {
     const double age_ms = micros(now - Clock::time_point(Clock::duration(stamp_.load(relaxed)))) * 1e-3;
-    return std::max(kFloorUs, median_us_.load(relaxed) * std::exp2(-age_ms / 200.0));
+    return std::max(kFloorUs, median_us_.load(relaxed) * std::exp2(-age_ms / kHalfLifeMs));
   }
 
  private:
   static constexpr auto relaxed = std::memory_order_relaxed;
-  static constexpr double kFloorUs = 3.0;
+  // The estimate's half-life without news. At 200 ms, the three slow team runs at a process's start
+  // kept 128^3 on one thread for over a second of a quiet machine (83 GFLOP/s on two threads where
+  // the team gives 150); at 25 ms an estimate of 1 ms decays to the floor in a quarter of a second.
+  static constexpr double kHalfLifeMs = 25.0;
+  // The least a team is assumed to lose: a warm fork/join and the closing rendezvous.
+  static constexpr double kFloorUs = 1.0;
   static constexpr int kRecent = 5;
   const bool always_ = [] {
     const char* v = std::getenv("TAPEGRAD_GEMM_TEAM");
