@@ -5,7 +5,8 @@
 //
 // Rows: attention/<fused|unfused>/T:<T>/B:1/H:8/d:64, T in 64 .. 2048 (fixed B, so the work grows as
 // T^2 and the unfused memory too), and one row at the size of bench_train's Transformer (T 32,
-// B 64, 4 heads of 32). Inputs are float32 unit normals drawn once; the step
+// B 64, 4 heads of 32); attention_causal/<fused|unfused>/...: the same with the decoder's causal
+// mask (query i sees keys 0..i), T 128 .. 2048. Inputs are float32 unit normals drawn once; the step
 // is o = attention(q, k, v), backward(sum(o)), then the three input gradients are dropped. fused
 // takes q, k, v as [B, T, H, d] (its layout), unfused as [B, H, T, d] (its layout): neither copies.
 // Counters:
@@ -32,7 +33,7 @@ namespace {
 
 using namespace tapegrad;
 
-void attention_step(benchmark::State& state, bool fused) {
+void attention_step(benchmark::State& state, bool fused, bool causal) {
   const char* threads = std::getenv("TAPEGRAD_THREADS");
   runtime::set_num_threads(threads ? std::atoi(threads) : 1);
   const int64_t T = state.range(0), batch = state.range(1), heads = state.range(2), head_dim = state.range(3);
@@ -43,8 +44,8 @@ void attention_step(benchmark::State& state, bool fused) {
   Tensor v = Tensor::randn(shape, gen).requires_grad_();
   const double scale = 1.0 / std::sqrt(double(head_dim));
   auto step = [&] {
-    const Tensor o = fused ? scaled_dot_product_attention(q, k, v, {scale})
-                           : matmul(softmax(matmul(q, transpose(k, 2, 3)), {scale}), v);
+    const Tensor o = fused ? scaled_dot_product_attention(q, k, v, {.scale = scale, .causal = causal})
+                           : matmul(softmax(matmul(q, transpose(k, 2, 3)), {.scale = scale, .causal = causal}), v);
     backward(sum(o));
     q.zero_grad(), k.zero_grad(), v.zero_grad();
   };
@@ -56,6 +57,8 @@ void attention_step(benchmark::State& state, bool fused) {
     step();
     peak = std::max(peak, memory::stats().peak_bytes_in_use - base);
   }
+  // (causal rows keep the full count, so their rates compare times: the fused kernel skips the key
+  // blocks past the diagonal, the unfused products compute every score and the softmax masks them)
   const double flops = 12.0 * double(batch * heads * T * T * head_dim);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_MiB"] = double(peak) / (1 << 20);
@@ -69,8 +72,17 @@ void lengths(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->MinTime(0.3);
 }
 
-BENCHMARK_CAPTURE(attention_step, fused, true)->Name("attention/fused")->Apply(lengths);
-BENCHMARK_CAPTURE(attention_step, unfused, false)->Name("attention/unfused")->Apply(lengths);
+// The causal rows (decoder self-attention: query i sees keys 0..i) over the same T sweep.
+void causal_lengths(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"T", "B", "H", "d"});
+  for (int64_t T = 128; T <= 2048; T *= 2) b->Args({T, 1, 8, 64});
+  b->Unit(benchmark::kMillisecond)->MinTime(0.3);
+}
+
+BENCHMARK_CAPTURE(attention_step, fused, true, false)->Name("attention/fused")->Apply(lengths);
+BENCHMARK_CAPTURE(attention_step, unfused, false, false)->Name("attention/unfused")->Apply(lengths);
+BENCHMARK_CAPTURE(attention_step, causal_fused, true, true)->Name("attention_causal/fused")->Apply(causal_lengths);
+BENCHMARK_CAPTURE(attention_step, causal_unfused, false, true)->Name("attention_causal/unfused")->Apply(causal_lengths);
 
 }  // namespace
 
