@@ -111,6 +111,16 @@ void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int
   }
 }
 
+// Asks for rows x cols of a strided operand to be brought into cache (one prefetch per 64-byte
+// line). Issued for the next head while this one computes: at T = 32 a head's rows are a few KiB
+// spread H rows apart, and at 64 x 4 heads (1 MiB per operand, beyond L2) reading them cold cost a
+// third of the step (0.185 ms for 16 heads in cache, 4.55 for 256). Measured: 4.47 -> 3.85 ms
+// (best of 10 alternating runs); prefetching the gradients and o for writing as well gained nothing.
+inline void prefetch_rows(int64_t rows, int64_t cols, const float* src, int64_t stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(src + r * stride + c);
+}
+
 // The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
 // from rows to ld. With AVX, 8 x 8 blocks are transposed in registers (a scalar transpose of K and V
 // was a fifth of the backward at T = 32); the edges are scalar.
@@ -261,6 +271,13 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
       const float* qb = q + b * l.q.b + h * l.q.h + i0 * l.q.t;
       const float* kh = k + b * l.k.b + h * l.k.h;
       const float* vh = v + b * l.v.b + h * l.v.h;
+      if (item + 1 < item1 && l.Tk <= kKeyBlock) {  // the next head's rows, while this one computes
+        const int64_t nb = (item + 1) / qblocks / l.H, nh = (item + 1) / qblocks % l.H;
+        const int64_t ni0 = ((item + 1) % qblocks) * kQueryBlock;
+        prefetch_rows(std::min(kQueryBlock, l.Tq - ni0), l.dk, q + nb * l.q.b + nh * l.q.h + ni0 * l.q.t, l.q.t);
+        prefetch_rows(l.Tk, l.dk, k + nb * l.k.b + nh * l.k.h, l.k.t);
+        prefetch_rows(l.Tk, l.dv, v + nb * l.v.b + nh * l.v.h, l.v.t);
+      }
       std::fill(mrow.p, mrow.p + rows, -kInf);
       std::fill(lrow.p, lrow.p + rows, 0.0f);
       const int64_t jend = key_end(l, i0 + rows);
@@ -403,6 +420,14 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* oh = o + b * l.o.b + h * l.o.h;
       const float* doh = dout + b * l.o.b + h * l.o.h;
       const float* lse_h = lse + bh * l.Tq;
+      if (bh + 1 < bh1 && l.Tq <= kQueryBlock && l.Tk <= kKeyBlock) {  // the next head's rows, as forward
+        const int64_t nb = (bh + 1) / l.H, nh = (bh + 1) % l.H;
+        prefetch_rows(l.Tq, l.dk, q + nb * l.q.b + nh * l.q.h, l.q.t);
+        prefetch_rows(l.Tk, l.dk, k + nb * l.k.b + nh * l.k.h, l.k.t);
+        prefetch_rows(l.Tk, l.dv, v + nb * l.v.b + nh * l.v.h, l.v.t);
+        prefetch_rows(l.Tq, l.dv, o + nb * l.o.b + nh * l.o.h, l.o.t);
+        prefetch_rows(l.Tq, l.dv, dout + nb * l.o.b + nh * l.o.h, l.o.t);
+      }
       // Q, K, dO packed dense: read in place, rows a power-of-two stride apart (2 KiB for 8 heads of
       // 64) fall into a few L1 sets and evict each other (measured: a third slower at T = 512).
       pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
