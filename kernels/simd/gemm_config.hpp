@@ -106,12 +106,12 @@ const Blocking& blocking() {
   return b;
 }
 
-// Below this many flops (2*M*N*K) per thread a GEMM does not even consider a team. A warm
-// fork/join costs about a microsecond on a quiet machine (libgomp's workers arrive 0.2 us after the
-// master, a whole empty region takes 1-3 us on Zen 3), about what 0.25 MFLOP takes on one core;
-// TeamCost decides above this. At 1 MFLOP, 64^3 (0.5 MFLOP) never tried a team: 86 GFLOP/s on
-// two threads where oneDNN's team gives 115.
-inline constexpr double kMinFlopsPerThread = 0.25e6;
+// Below this many flops (2*M*N*K) per thread a GEMM does not even consider a team; TeamCost
+// decides above it. A warm fork/join alone costs about a microsecond on a quiet machine (0.25 MFLOP
+// of one core), but at 0.25 MFLOP the small Transformer's step on two threads ran 12-17% slower
+// (130-138 ms against 115-117, alternating runs): its many small products inside the step paid
+// for teams that a lone 64^3 in a benchmark loop pays off. So 64^3 (0.5 MFLOP) stays on one thread.
+inline constexpr double kMinFlopsPerThread = 1.0e6;
 // A batched GEMM runs a team inside each matrix rather than a matrix per thread only from this
 // size of matrix up (and only when the batch does not divide evenly, see gemm_batched).
 inline constexpr double kMinFlopsPerMatrixTeam = 16.0e6;
