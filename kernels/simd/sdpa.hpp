@@ -21,8 +21,10 @@
 // Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
 // so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
 // counter-based mask element by element (uniform_at), forward and backward.
-// Cost (bench/bench_attention.cpp, one Zen 3 core, AVX2): 1.0-1.4x the unfused ops' time from T = 32
-// to 2048, since the scores and their exp are computed twice, for 5 MiB instead of 34 at T = 512.
+// Cost (bench/bench_attention.cpp, one Zen 3 core, AVX2): 0.95-1.25x the unfused ops' time from
+// T = 64 to 2048, since the scores and their exp are computed twice (14 products to 12), for 5 MiB
+// instead of 34 at T = 512; causal, 0.56-0.75x from T = 256 (key blocks past the diagonal are
+// skipped); at T = 32 with 256 heads 1.4-2x, a third of it reading the heads' rows cold.
 // Not here: the double path (the reference), a split of one head's backward across threads (a head
 // is the unit of work, so B * H = 1 runs on one thread), a vectorised dropout mask.
 #pragma once
