@@ -16,7 +16,9 @@
 //   - the d_model 256 model's (2048x256x256, 2048x256x1024, 2048x1024x256);
 //   - the base Transformer's (d_model 512, d_ff 2048, vocabulary 1000, 2048 tokens = batch 32 x
 //     length 64): projections, QKV, FFN up and down, the output layer, and the weight gradients;
-//   - one time step of the attention GRU.
+//   - one time step of the attention GRU;
+//   - the real-text models': the Spanish-English Transformer (d_model 192, d_ff 768, 4000 pieces,
+//     4000-token batches) and nanoGPT's CPU recipe GPT (768 tokens, d_model 128).
 // (nt and tn are the two products of matmul's backward, so every shape runs all four transposes.)
 // Also gemm_batched/<impl>/<ta><tb>/<batch>x<M>x<K>x<N>/omp:<t>: attention's batched heads, every
 // transpose (scores q k^T are nt, their gradients nn and tn). tapegrad runs gemm_batched; the
@@ -353,6 +355,13 @@ int main(int argc, char** argv) {
       {2048, 512, 512},   {2048, 512, 1536},  {2048, 512, 2048}, {2048, 2048, 512}, {2048, 512, 1000},
       // and the other weight gradients (tn: out x tokens x in).
       {512, 2048, 512},   {1536, 2048, 512},  {512, 2048, 2048}, {1000, 2048, 512},
+      // The Spanish-English Transformer (README, real text: d_model 192, d_ff 768, 4000 SentencePiece
+      // pieces, batches of 4000 padded tokens): QKV, projections, FFN up and down, the tied output layer
+      {4000, 192, 576},   {4000, 192, 192},   {4000, 192, 768},  {4000, 768, 192}, {4000, 192, 4000},
+      // and the output layer's input gradient, the weight gradients (tn: out x tokens x in).
+      {4000, 4000, 192},  {576, 4000, 192},   {768, 4000, 192},  {192, 4000, 768},
+      // The GPT of nanoGPT's CPU recipe (12 blocks of 64 = 768 tokens, d_model 128): QKV, FFN up, down.
+      {768, 128, 384},    {768, 128, 512},    {768, 512, 128},   {384, 768, 128},
   };
   const std::vector<Op> ops = {{false, false}, {false, true}, {true, false}, {true, true}};
   for (const Shape& s : shapes)

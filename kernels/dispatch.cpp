@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/counter_rng.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/nd_index.hpp"
 #include "kernels/ref/ref.hpp"
@@ -163,19 +164,14 @@ void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64
 // ----------------------------------------------------------------------------------------------
 // Random numbers.
 
-namespace {
-uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 double uniform_at(uint64_t seed, uint64_t counter) {
-  // One splitmix64 round over a Weyl sequence keyed by the seed: cheap per element, and a pure
-  // function of (seed, counter), so masks do not depend on thread count or call order.
-  return double(splitmix64(seed * 0xD1B54A32D192ED03ull + counter * 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
+  // One splitmix64 round over a Weyl sequence keyed by the seed (kernels/counter_rng.hpp): cheap per
+  // element, and a pure function of (seed, counter), so masks do not depend on thread count or call order.
+  using namespace counter_rng;
+  uint64_t z = weyl(seed, counter);
+  z = (z ^ (z >> 30)) * kMix1;
+  z = (z ^ (z >> 27)) * kMix2;
+  return double((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
 }
 
 #define TG_INSTANTIATE(T)                                                                                  \

@@ -184,10 +184,11 @@ TG_KERNEL(void, adam_update, (int64_t n, T* param, const T* grad, T* m, T* v, co
           (n, param, grad, m, v, p))
 
 // ---------------------------------------------------------------------------------------------
-// Dropout: y[i] = keep ? x[i] / (1 - p) : 0 with keep decided by uniform_at(seed, i) >= p; mask
-// written as 0/1 (reference only).
-TG_KERNEL(void, dropout, (int64_t n, const T* x, double p, uint64_t seed, T* y, uint8_t* mask),
-          (n, x, p, seed, y, mask))
+// Dropout: y[i] = (accumulate ? y[i] : 0) + (keep(i) ? x[i] * (1 / (1 - p)) : 0), keep(i) iff
+// uniform_at(seed, i) >= p (kernels/counter_rng.hpp). A pure function of (seed, i): the backward is the
+// same call on dy with accumulate, so no mask is stored.
+TG_KERNEL(void, dropout, (int64_t n, const T* x, double p, uint64_t seed, T* y, bool accumulate),
+          (n, x, p, seed, y, accumulate))
 
 // ---------------------------------------------------------------------------------------------
 // Measurement, not compute: `iterations` rounds of independent multiply-adds on this ISA's widest

@@ -9,7 +9,7 @@
 //
 //   kernel                               float                        double
 //   every kernel-list row                SIMD version, else ref       ref
-//     (reference only today: pow_scalar, pow_scalar_backward, where, fill, sum_all, dropout)
+//     (reference only today: pow_scalar, pow_scalar_backward, where, fill, sum_all)
 //   gemm, gemm_batched, packed_b_size,   the ISA's GEMM, else ref     the ISA's GEMM, else ref
 //     pack_b, gemm_packed_b,             (gemm_batched: else a loop of gemm; packing: else none;
 //     gemm_nd_batched                    gemm_nd_batched: gemm_batched over merged nd batch dims)
@@ -93,7 +93,8 @@ void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64
 // ---------------------------------------------------------------------------------------------
 // Random numbers (a counter-based generator, so results do not depend on thread count).
 
-// Philox-style hash of (seed, counter) to a uniform double in [0, 1).
+// splitmix64 of a Weyl sequence keyed by the seed, to a uniform double in [0, 1) with 53 random
+// bits (kernels/counter_rng.hpp; the SIMD kernels draw the same numbers in vector lanes).
 double uniform_at(uint64_t seed, uint64_t counter);
 
 }  // namespace tapegrad::kernels

@@ -594,12 +594,11 @@ void adam_update(int64_t n, T* param, const T* grad, T* m, T* v, const AdamParam
 // Dropout
 
 template <class T>
-void dropout(int64_t n, const T* x, double p, uint64_t seed, T* y, uint8_t* mask) {
+void dropout(int64_t n, const T* x, double p, uint64_t seed, T* y, bool accumulate) {
   const T keep_scale = T(1.0 / (1.0 - p));
   for (int64_t i = 0; i < n; ++i) {
-    const bool keep = uniform_at(seed, uint64_t(i)) >= p;
-    mask[i] = keep;
-    y[i] = keep ? x[i] * keep_scale : T(0);
+    const T v = uniform_at(seed, uint64_t(i)) >= p ? x[i] * keep_scale : T(0);
+    y[i] = accumulate ? y[i] + v : v;
   }
 }
 

@@ -17,6 +17,7 @@
 //   attention.hpp    additive attention scores and their backward
 //   gru.hpp          GRU cell gates and their backward
 //   sdpa.hpp         scaled-dot-product attention, fused, and its backward
+//   random.hpp       counter-based dropout masks in vector lanes, the dropout kernel
 //   peak.hpp         the FMA loop behind the measured peak
 #pragma once
 
@@ -30,6 +31,7 @@
 #include "kernels/simd/norm.hpp"
 #include "kernels/simd/optim.hpp"
 #include "kernels/simd/peak.hpp"
+#include "kernels/simd/random.hpp"
 #include "kernels/simd/reduce.hpp"
 #include "kernels/simd/sdpa.hpp"
 #include "kernels/simd/softmax.hpp"

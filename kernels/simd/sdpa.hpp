@@ -20,13 +20,13 @@
 // block's scores in L1/L2; at T <= kKeyBlock a row is one block and the online rescale never runs.
 // Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
 // so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
-// counter-based mask element by element (uniform_at), forward and backward.
+// counter-based mask in vector lanes (random.hpp), forward and backward.
 // Cost (bench/bench_attention.cpp, one Zen 3 core, AVX2): 0.95-1.25x the unfused ops' time from
 // T = 64 to 2048, since the scores and their exp are computed twice (14 products to 12), for 5 MiB
 // instead of 34 at T = 512; causal, 0.56-0.75x from T = 256 (key blocks past the diagonal are
 // skipped); at T = 32 with 256 heads 1.4-2x, a third of it reading the heads' rows cold.
 // Not here: the double path (the reference), a split of one head's backward across threads (a head
-// is the unit of work, so B * H = 1 runs on one thread), a vectorised dropout mask.
+// is the unit of work, so B * H = 1 runs on one thread).
 #pragma once
 
 #include <algorithm>
@@ -39,6 +39,7 @@
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
 #include "kernels/simd/math.hpp"
+#include "kernels/simd/random.hpp"
 #include "kernels/simd/softmax.hpp"
 
 TG_SIMD_SILENCE_GCC_PR105593_BEGIN
@@ -250,13 +251,25 @@ TG_INLINE float exp_sum(int64_t n, float shift, float* s) {
   return exp_shift_sum<Arch, true>(s, shift, n, s);
 }
 
+// The dropout mask of weights (b, h, i, j0 ..), drawn as the dropout kernel draws it for the
+// contiguous [B, H, Tq, Tk] weights (AttentionLayout::dropout).
+template <class Arch>
+TG_INLINE KeepStream<Arch> weight_keeps(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j0) {
+  return KeepStream<Arch>(l.dropout_seed, uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0), l.dropout);
+}
+
 // Weights w[c] of row i (key j0 + c) times their dropout factor (0 or 1 / (1 - p)).
-inline void apply_dropout(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
-                          float* w) {
-  const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
-  const float keep = float(1.0 / (1.0 - l.dropout));
-  for (int64_t c = 0; c < n; ++c)
-    w[c] = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? w[c] * keep : 0.0f;
+template <class Arch>
+TG_INLINE void apply_dropout(const AttentionLayout& l, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                             float* w) {
+  using B = Batch<Arch>;
+  constexpr int64_t W = B::size;
+  KeepStream<Arch> keep = weight_keeps<Arch>(l, b, h, i, j0);
+  const B scale(float(1.0 / (1.0 - l.dropout)));
+  int64_t c = 0;
+  for (; c + W <= n; c += W)
+    xsimd::select(keep.next(), B::load_unaligned(w + c) * scale, B(0.0f)).store_unaligned(w + c);
+  if (c < n) store_tail<Arch>(w + c, n - c, xsimd::select(keep.next(), load_tail<Arch>(w + c, n - c, 0.0f) * scale, B(0.0f)));
 }
 
 template <class Arch>
@@ -315,7 +328,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc.p + r * dvp, rescale, acc.p + r * dvp);
           lrow.p[r] = lrow.p[r] * rescale + sum;
           mrow.p[r] = m_new;
-          if (l.dropout > 0) apply_dropout(l, b, h, i, j0, active, sr);
+          if (l.dropout > 0) apply_dropout<Arch>(l, b, h, i, j0, active, sr);
         }
         // O += P V
         pack_rows<Arch>(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
@@ -380,13 +393,27 @@ void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int
       store_tail<Arch>(pr + c, m, w);
       if (!dropout) store_tail<Arch>(dr + c, m, g);
     }
-    if (dropout) {
-      const uint64_t base = uint64_t(((b * l.H + h) * l.Tq + i) * l.Tk + j0);
-      const float keep = float(1.0 / (1.0 - l.dropout));
-      for (int64_t c = 0; c < active; ++c) {
-        const float f = uniform_at(l.dropout_seed, base + uint64_t(c)) >= l.dropout ? keep : 0.0f;
-        dr[c] = pr[c] * (f * dr[c] - D[i]);
-        pr[c] *= f;
+    if (dropout) {  // dS = w (f dP - D) with the weight's dropout factor f, and P = f w
+      KeepStream<Arch> keep = weight_keeps<Arch>(l, b, h, i, j0);
+      const B kept(float(1.0 / (1.0 - l.dropout)));
+      auto drop = [&](const B& w, const B& dp, B& pw, B& g) {
+        const B f = xsimd::select(keep.next(), kept, B(0.0f));
+        g = w * (f * dp - dd);
+        pw = w * f;
+      };
+      int64_t c = 0;
+      for (; c + W <= active; c += W) {
+        B pw, g;
+        drop(B::load_unaligned(pr + c), B::load_unaligned(dr + c), pw, g);
+        pw.store_unaligned(pr + c);
+        g.store_unaligned(dr + c);
+      }
+      if (c < active) {
+        const int64_t m = active - c;
+        B pw, g;
+        drop(load_tail<Arch>(pr + c, m, 0.0f), load_tail<Arch>(dr + c, m, 0.0f), pw, g);
+        store_tail<Arch>(pr + c, m, pw);
+        store_tail<Arch>(dr + c, m, g);
       }
     }
     std::fill(pr + active, pr + n, 0.0f);

@@ -66,24 +66,24 @@ Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
   if (!training || p == 0) return x_in;
   const Tensor x = detail::contiguous_data(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  auto mask = std::make_shared<std::vector<uint8_t>>(size_t(x.numel()));
   visit_float(x.dtype(), "dropout", [&]<class T>() {
-    kernels::dropout<T>(x.numel(), x.data<T>(), p, seed, y.data<T>(), mask->data());
+    kernels::dropout<T>(x.numel(), x.data<T>(), p, seed, y.data<T>(), false);
   });
   if (should_record({&x_in})) {
-    record(OpKind::dropout, {x_in}, y, [x_in, mask, p](const Tensor& dy) {
-      // dx = dy * mask / (1 - p)
-      if (creating_graph()) {  // the same, the mask a constant tensor
-        std::vector<double> keep(mask->size());
-        for (size_t i = 0; i < keep.size(); ++i) keep[i] = (*mask)[i] ? 1.0 / (1.0 - p) : 0.0;
-        return accumulate_grad(x_in, mul(dy, Tensor::from_vector(keep, x_in.shape(), x_in.dtype())));
+    record(OpKind::dropout, {x_in}, y, [x_in, p, seed](const Tensor& dy) {
+      // dx = dy * mask / (1 - p): the same kernel on dy, its mask drawn again from the seed
+      if (creating_graph()) {  // the same, the factors a constant tensor
+        Tensor factors = Tensor::empty(x_in.shape(), x_in.dtype());
+        visit_float(x_in.dtype(), "backward", [&]<class T>() {
+          const std::vector<T> ones(size_t(factors.numel()), T(1));
+          kernels::dropout<T>(factors.numel(), ones.data(), p, seed, factors.data<T>(), false);
+        });
+        return accumulate_grad(x_in, mul(dy, factors));
       }
       Tensor dx = grad_buffer_zeroed(x_in);
-      visit_float(dy.dtype(), "backward", [&]<class T>() {
-        const T keep = T(1.0 / (1.0 - p));
-        const T* g = dy.data<T>();
-        T* d = dx.data<T>();
-        for (int64_t i = 0, n = dy.numel(); i < n; ++i) d[i] += (*mask)[size_t(i)] ? g[i] * keep : T(0);
+      const Tensor g = detail::contiguous_data(dy);
+      visit_float(g.dtype(), "backward", [&]<class T>() {
+        kernels::dropout<T>(g.numel(), g.data<T>(), p, seed, dx.data<T>(), true);
       });
     });
   }

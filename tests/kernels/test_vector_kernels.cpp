@@ -408,6 +408,35 @@ TEST_CASE("affine matches the reference", "[kernels][elementwise]") {
   });
 }
 
+// The SIMD masks are the reference's bit for bit (the same counter-based draws, kernels/counter_rng.hpp)
+// and the kept values the same single multiply, so the check is exact; a dropped element is 0 even
+// where x is inf or NaN. 70001 elements cross the fork threshold and several flat blocks, each of which
+// starts its counters at its own offset.
+TEST_CASE("dropout matches the reference exactly", "[kernels][elementwise]") {
+  const int threads = GENERATE(1, 2);
+  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(70001));
+  const double p = GENERATE(0.0, 0.1, 0.5, 0.9);
+  const uint64_t seed = GENERATE(uint64_t(0), uint64_t(0x123456789abcdefull));
+  const bool accumulate = GENERATE(false, true);
+  CAPTURE(n, threads, p, seed, accumulate);
+  auto x = random_vec(n, -2, 2, 31);
+  if (n > 3) x[1] = kInfF, x[2] = std::numeric_limits<float>::quiet_NaN();
+  const auto y0 = random_vec(n, -2, 2, 32);
+  auto want = y0;
+  ref::dropout<float>(n, x.data(), p, seed, want.data(), accumulate);
+  for_each_isa(threads, [&](const std::string&) {
+    auto got = y0;
+    k::dropout<float>(n, x.data(), p, seed, got.data(), accumulate);
+    check_equal(got, want, "dropout");
+  });
+  // The share kept is 1 - p within 5 standard deviations of a binomial count.
+  if (n >= 1000 && !accumulate) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) kept += want[size_t(i)] != 0.0f;
+    CHECK(std::abs(double(kept) - (1 - p) * double(n)) <= 5 * std::sqrt(p * (1 - p) * double(n)) + 1);
+  }
+}
+
 namespace {
 // A broadcasting case: output shape and each operand's shape (1 on broadcast dims) and layout.
 struct BinaryCase {
