@@ -210,10 +210,12 @@ void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, con
         run([](B u, B) { return gelu_tanh_derivative<Arch>(u); });
         break;  // see gelu_tanh_derivative
       case Unary::gelu_erf:
-        // d/dx x Phi(x) = Phi(x) + x phi(x)
-        run([](B u, B) {
+        // d/dx x Phi(x) = Phi(x) + x phi(x), with Phi(x) = y / x from the forward's output (1/2 at
+        // x = 0): one exp and a division instead of an erf and an exp (xsimd's erf cost 2.4 of the
+        // GPT step's 3.3 ms of GELU, forward and backward, at one thread)
+        run([](B u, B v) {
           const B phi = B(float(kInvSqrt2Pi)) * exp_full<Arch>(B(-0.5f) * u * u);
-          return B(0.5f) * (B(1.0f) + xsimd::erf(u * B(float(kInvSqrt2)))) + u * phi;
+          return xsimd::select(u == B(0.0f), B(0.5f), v / u) + u * phi;
         });
         break;
       case Unary::softplus:

@@ -80,10 +80,11 @@ Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
         });
         return accumulate_grad(x_in, mul(dy, factors));
       }
-      Tensor dx = grad_buffer_zeroed(x_in);
+      bool fresh = false;  // a fresh gradient buffer is written, not zeroed and added to
+      Tensor dx = grad_buffer(x_in, &fresh);
       const Tensor g = detail::contiguous_data(dy);
       visit_float(g.dtype(), "backward", [&]<class T>() {
-        kernels::dropout<T>(g.numel(), g.data<T>(), p, seed, dx.data<T>(), true);
+        kernels::dropout<T>(g.numel(), g.data<T>(), p, seed, dx.data<T>(), !fresh);
       });
     });
   }

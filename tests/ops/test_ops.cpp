@@ -141,6 +141,28 @@ TEST_CASE("dropout is seeded, scales kept elements, and is the identity in eval"
   CHECK(dropout(x, 0.25, false, 5).same(x));
 }
 
+// The backward redraws the mask from the seed; it writes a fresh gradient and adds to one that other
+// uses of the input already left. Both orders: the dropout's backward first and last.
+TEST_CASE("dropout's gradient is its mask, added to the input's other gradients", "[ops]") {
+  for (const DType dt : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor factors = dropout(Tensor::ones({257}, dt), 0.3, true, 9);
+    for (const bool dropout_first : {true, false}) {
+      CAPTURE(dropout_first);
+      const Tensor x = Tensor::from_vector(std::vector<double>(257, 0.5), {257}, dt).requires_grad_(true);
+      // The tape runs backwards: the op recorded last has its backward run first.
+      Tensor d, twice;
+      if (dropout_first)
+        twice = mul(x, 2.0), d = dropout(x, 0.3, true, 9);
+      else
+        d = dropout(x, 0.3, true, 9), twice = mul(x, 2.0);
+      backward(sum(add(d, twice)));
+      const auto g = x.grad().to_vector(), f = factors.to_vector();
+      for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(f[i] + 2.0));
+    }
+  }
+}
+
 TEST_CASE("bad input gives an error naming the op and every shape", "[ops][errors]") {
   const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
   CHECK_THROWS_WITH(matmul(a, b), "matmul: inner dimensions differ: a=[2,3] b=[4,5]");
