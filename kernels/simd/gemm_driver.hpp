@@ -8,11 +8,11 @@
 //         for each group of MR rows                          (MR x kc of A stays in L1)
 //           for each B micro-panel (NR columns)              (streams from L2)
 //             micro-kernel on one MR x NR tile of C
-// The micro-kernel broadcasts A from rows (gemm_micro.hpp), so A that is not transposed is read in
-// place, and transposed A is transposed a chunk of 48 rows at a time into a buffer that stays in L2
-// until its tiles are done (transposing a whole block up front cost ~15% at 2048x1024x256: the
-// copy went out to L3 and came back). Nothing is shared between units: each packs its own B and
-// transposes its own A rows, so a team never waits inside a GEMM, only at its end. A team takes
+// The micro-kernel broadcasts A (gemm_micro.hpp), so A that is not transposed is read in place, and
+// transposed A is copied a chunk of 48 rows at a time into column-major panels of MR rows that stay
+// in cache until their tiles are done (preparing a whole block up front cost ~15% at 2048x1024x256:
+// the copy went out to L3 and came back). Nothing is shared between units: each packs its own B and
+// its own A rows, so a team never waits inside a GEMM, only at its end. A team takes
 // units one at a time from a shared counter (see choose_units); one thread does the whole problem
 // as a single unit.
 // Small problems run on the calling thread with no OpenMP region: under kMinFlopsPerThread per
@@ -27,7 +27,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
@@ -88,7 +90,7 @@ struct GemmDriver {
     int64_t ldc;
     // op(B) already packed (see pack_whole_b), or null: then each unit packs its own B panels.
     const T* b_packed = nullptr;
-    // Transposed A is transposed into a row-major block, unless it is small enough to be read in
+    // Transposed A is copied into panels (pack_a_panels), unless it is small enough to be read in
     // place column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= kMaxUnpackedA; }
     bool pack_a() const { return !a_in_place(); }
@@ -102,9 +104,9 @@ struct GemmDriver {
   // remainder.
   static int64_t depth_block(int64_t K) { return ceil_div(K, ceil_div(K, blocking<T, Tile>().kc)); }
 
-  // Rows of transposed A transposed at a time into a thread's private buffer: whole register tiles
-  // and whole W x W transposes, small enough (48 x 512 floats, ~100 KiB) to sit in L2 next to the
-  // B block until the tiles that use them are done.
+  // Rows of transposed A packed at a time into a thread's private buffer: whole register tiles,
+  // few enough (48 x 512 floats, ~100 KiB) to sit in L2 next to the B block until the tiles that
+  // use them are done.
   static constexpr int64_t kChunkRows = std::lcm(MR, W) * (W >= 16 ? 1 : 2);
 
   // How a team cuts C: into um x un rectangles of whole panels (units), about two per thread,
@@ -159,8 +161,7 @@ struct GemmDriver {
       const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
       const int64_t n_lo = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju)) * NR);
       const int64_t n_hi = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju + 1)) * NR);
-      tiles += pr.a_cs != 1 && !pr.pack_a() ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi)
-                                            : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
+      tiles += pr.a_cs != 1 ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi) : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
     }
     if (run) run->report(tid, double(tiles), t0, TeamRun::Clock::now());
     // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
@@ -168,25 +169,32 @@ struct GemmDriver {
   }
 
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
-  // AK: A is read in place column by column (small transposed A, see Problem::a_in_place).
+  // AK: A is read column by column: small transposed A in place (see Problem::a_in_place), larger
+  // transposed A from its packed panels.
   // Returns the number of tiles of C computed (per depth block).
   template <bool AK>
   static int64_t run_unit(const Problem& pr, int64_t mp_lo, int64_t mp_hi, int64_t n_lo, int64_t n_hi) {
     const int64_t M = pr.M, K = pr.K, kc = depth_block(K);
     const int64_t my_n = n_hi - n_lo;
     if (mp_lo < mp_hi && my_n > 0) {
-      // Transposed A is transposed once per depth block, a chunk of rows at a time, against all of
-      // the unit's B (packed once per depth block, kc x my_n, streamed from L3 a panel at a time
-      // and reused from L2 by the chunk's rows). Otherwise B comes in L2-sized blocks of nc columns
+      // Transposed A is packed once per depth block, a chunk of rows at a time, against all of the
+      // unit's B (packed once per depth block, kc x my_n). Otherwise B comes in L2-sized blocks of nc columns
       // and all rows of A stream past each (a "chunk" is then all of the unit's rows).
       const int64_t nc =
           pr.pack_a()
               ? round_up(my_n, NR)
               : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
       T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
-      const int64_t ps = a_row_stride<T>(kc);
-      T* a_buf = pr.pack_a() ? scratch<T>(0, kChunkRows * ps) : nullptr;
+      const int64_t a_ps = a_panel_stride<T, MR>(kc);
+      T* a_buf = pr.pack_a() ? scratch<T>(0, kChunkRows / MR * a_ps) : nullptr;
       const int64_t chunk_panels = pr.pack_a() ? kChunkRows / MR : mp_hi - mp_lo;
+      // Packed A: which operand stays in cache while the other streams. A B panel (kc x NR) that
+      // fits in L1 serves the chunk's A panels back to back from there (AVX2's 16-wide panels);
+      // a wider one (AVX-512's 64) would come from L2 for every tile anyway, so then, if the unit's
+      // B block fits in L2, each A panel stays in L1 and meets all of it, as unpacked A does (A from
+      // L2 as well cost 512x2048x128 tn about 5% on AVX-512).
+      const bool rows_outer = !pr.pack_a() || (kc * NR * int64_t(sizeof(T)) > cache_info().l1d &&
+                                               nc * kc * int64_t(sizeof(T)) <= cache_info().l2 / 2);
 
       const auto& edge = kernels<AK>();
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
@@ -216,20 +224,21 @@ struct GemmDriver {
           for (int64_t cp = mp_lo; cp < mp_hi; cp += chunk_panels) {
             const int64_t cp_end = std::min(mp_hi, cp + chunk_panels);
             const T* a_blk;  // row cp * MR of op(A), depth k0
-            int64_t lda;
+            int64_t lda, a_step;  // the kernel's lda; elements from one panel of A to the next
             if (pr.pack_a()) {
               TG_PROF_BEGIN;
               const int64_t r0 = cp * MR, rows = std::min(M, cp_end * MR) - r0;
-              pack_a_transposed<Arch, T>(0, rows, kb, pr.a + r0 + k0 * pr.a_cs, pr.a_cs, a_buf, ps);
+              const int64_t last_row_cols = k0 + kb == K ? M - r0 : std::numeric_limits<int64_t>::max();
+              pack_a_panels<T, MR>(rows, kb, pr.a + r0 + k0 * pr.a_cs, pr.a_cs, last_row_cols, a_buf, a_ps);
               TG_PROF_END(0);
-              a_blk = a_buf, lda = ps;
+              a_blk = a_buf, lda = MR, a_step = a_ps;
             } else if (AK) {
-              a_blk = pr.a + cp * MR + k0 * pr.a_cs, lda = pr.a_cs;
+              a_blk = pr.a + cp * MR + k0 * pr.a_cs, lda = pr.a_cs, a_step = MR;
             } else {
-              a_blk = pr.a + cp * MR * pr.a_rs + k0, lda = pr.a_rs;
+              a_blk = pr.a + cp * MR * pr.a_rs + k0, lda = pr.a_rs, a_step = MR * lda;
             }
             auto tile = [&](int64_t ip, int64_t jp) {
-              const T* ap = a_blk + (ip - cp) * MR * (AK ? 1 : lda);
+              const T* ap = a_blk + (ip - cp) * a_step;
               const int rows = int(std::min<int64_t>(MR, M - ip * MR));
               const int cols = int(std::min<int64_t>(NR, nb - jp * NR));
               const bool packed = jp >= last_full;
@@ -242,14 +251,14 @@ struct GemmDriver {
               else
                 edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
             };
-            if (pr.pack_a()) {
-              // Each B panel is used by the chunk's rows back to back (from L2 after the first).
-              for (int64_t jp = 0; jp < nb_panels; ++jp)
-                for (int64_t ip = cp; ip < cp_end; ++ip) tile(ip, jp);
-            } else {
+            if (rows_outer) {
               // MR rows of A stay in L1 while the B panels stream past.
               for (int64_t ip = cp; ip < cp_end; ++ip)
                 for (int64_t jp = 0; jp < nb_panels; ++jp) tile(ip, jp);
+            } else {
+              // Each B panel is used by the chunk's rows back to back.
+              for (int64_t jp = 0; jp < nb_panels; ++jp)
+                for (int64_t ip = cp; ip < cp_end; ++ip) tile(ip, jp);
             }
           }
         }
@@ -324,6 +333,20 @@ struct GemmDriver {
   // four dot products at a time when it is stored transposed. One thread: reading B is the limit.
   // The batch of 64 such products of an attention GRU step ran at 9.5 GFLOP/s through the tiles.
   static constexpr double kMaxRowFlops = 4.0e6;
+  // The sum of a vector's lanes. xsimd's for a double AVX-512 vector goes through GCC 12's plain
+  // _mm512_extractf64x4_pd, which trips a false -Wmaybe-uninitialized (GCC PR 105593) once inlined
+  // here; that case (double, only ever checked, never timed) sums through memory instead.
+  static T sum_lanes(const xsimd::batch<T, Arch>& v) {
+    if constexpr (std::is_same_v<T, double> && std::is_base_of_v<xsimd::avx512f, Arch>) {
+      alignas(64) T lanes[W];
+      v.store_aligned(lanes);
+      T sum = 0;
+      for (int i = 0; i < W; ++i) sum += lanes[i];
+      return sum;
+    } else {
+      return xsimd::hadd(v);
+    }
+  }
   static void one_row(const Problem& pr) {
     using V = xsimd::batch<T, Arch>;
     const int64_t N = pr.N, K = pr.K;
@@ -390,17 +413,17 @@ struct GemmDriver {
         s2 = xsimd::fma(ak, V::load_unaligned(b2 + k), s2);
         s3 = xsimd::fma(ak, V::load_unaligned(b3 + k), s3);
       }
-      put(j, xsimd::hadd(s0) + dot_tail(b0, kv));
-      put(j + 1, xsimd::hadd(s1) + dot_tail(b1, kv));
-      put(j + 2, xsimd::hadd(s2) + dot_tail(b2, kv));
-      put(j + 3, xsimd::hadd(s3) + dot_tail(b3, kv));
+      put(j, sum_lanes(s0) + dot_tail(b0, kv));
+      put(j + 1, sum_lanes(s1) + dot_tail(b1, kv));
+      put(j + 2, sum_lanes(s2) + dot_tail(b2, kv));
+      put(j + 3, sum_lanes(s3) + dot_tail(b3, kv));
     }
     for (; j < N; ++j) {
       const T* b = pr.b + j * pr.b_js;
       V s0(T(0));
       for (int64_t k = 0; k < kv; k += W)
         s0 = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(b + k), s0);
-      put(j, xsimd::hadd(s0) + dot_tail(b, kv));
+      put(j, sum_lanes(s0) + dot_tail(b, kv));
     }
   }
 
