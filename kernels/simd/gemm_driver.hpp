@@ -9,8 +9,9 @@
 //           for each B micro-panel (NR columns)              (streams from L2)
 //             micro-kernel on one MR x NR tile of C
 // The micro-kernel broadcasts A (gemm_micro.hpp), so A that is not transposed is read in place, and
-// transposed A is copied a chunk of 48 rows at a time into column-major panels of MR rows that stay
-// in cache until their tiles are done (preparing a whole block up front cost ~15% at 2048x1024x256:
+// transposed A is packed a chunk of 48 rows at a time (transposed into rows, or copied into
+// column-major panels of MR rows: see a_in_panels) into a buffer that stays in cache until its
+// tiles are done (preparing a whole block up front cost ~15% at 2048x1024x256:
 // the copy went out to L3 and came back). Nothing is shared between units: each packs its own B and
 // its own A rows, so a team never waits inside a GEMM, only at its end. A team takes
 // units one at a time from a shared counter (see choose_units); one thread does the whole problem
@@ -90,8 +91,8 @@ struct GemmDriver {
     int64_t ldc;
     // op(B) already packed (see pack_whole_b), or null: then each unit packs its own B panels.
     const T* b_packed = nullptr;
-    // Transposed A is copied into panels (pack_a_panels), unless it is small enough to be read in
-    // place column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
+    // Transposed A is packed (see a_in_panels), unless it is small enough to be read in place
+    // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= kMaxUnpackedA; }
     bool pack_a() const { return !a_in_place(); }
     // Row-major B small enough to stay in L2 is read in place: packing it would cost more than the
@@ -161,16 +162,36 @@ struct GemmDriver {
       const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
       const int64_t n_lo = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju)) * NR);
       const int64_t n_hi = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju + 1)) * NR);
-      tiles += pr.a_cs != 1 ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi) : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
+      const bool ak = pr.a_cs != 1 && (!pr.pack_a() || a_in_panels(pr, n_hi - n_lo));
+      tiles += ak ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi) : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
     }
     if (run) run->report(tid, double(tiles), t0, TeamRun::Clock::now());
     // Meet here rather than at OpenMP's closing barrier, which spins without yielding (see TeamBarrier).
     if (nt > 1) barrier->wait();
   }
 
+  // Columns of B packed at a time by a unit `my_n` wide: with packed A all of them (A is packed once
+  // per depth block), otherwise blocks of about nc that stay in L2.
+  static int64_t block_columns(const Problem& pr, int64_t my_n) {
+    return pr.pack_a() ? round_up(my_n, NR)
+                       : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
+  }
+
+  // How a unit `my_n` wide packs transposed A, and so which operand stays in cache while the other
+  // streams. A B panel (kc x NR) that fits in L1 serves the chunk's rows of A back to back from
+  // there (AVX2's 16-wide panels): A is transposed into rows (pack_a_transposed), read from L2. A
+  // wider panel (AVX-512's 64) comes from L2 for every tile anyway, so then, if the unit's B block
+  // fits in L2, A goes into column-major panels (pack_a_panels, a copy rather than a transpose)
+  // and each stays in L1 while all of the B block streams past, as unpacked A does (A from L2 as
+  // well cost 512x2048x128 tn 5-10% on AVX-512; panels with B panels outer cost AVX2 3-7%).
+  static bool a_in_panels(const Problem& pr, int64_t my_n) {
+    const int64_t kc = depth_block(pr.K), bytes = int64_t(sizeof(T));
+    return kc * NR * bytes > cache_info().l1d && block_columns(pr, my_n) * kc * bytes <= cache_info().l2 / 2;
+  }
+
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
   // AK: A is read column by column: small transposed A in place (see Problem::a_in_place), larger
-  // transposed A from its packed panels.
+  // transposed A from its packed panels (a_in_panels).
   // Returns the number of tiles of C computed (per depth block).
   template <bool AK>
   static int64_t run_unit(const Problem& pr, int64_t mp_lo, int64_t mp_hi, int64_t n_lo, int64_t n_hi) {
@@ -178,23 +199,15 @@ struct GemmDriver {
     const int64_t my_n = n_hi - n_lo;
     if (mp_lo < mp_hi && my_n > 0) {
       // Transposed A is packed once per depth block, a chunk of rows at a time, against all of the
-      // unit's B (packed once per depth block, kc x my_n). Otherwise B comes in L2-sized blocks of nc columns
-      // and all rows of A stream past each (a "chunk" is then all of the unit's rows).
-      const int64_t nc =
-          pr.pack_a()
-              ? round_up(my_n, NR)
-              : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
+      // unit's B (packed once per depth block, kc x my_n). Otherwise B comes in L2-sized blocks of
+      // nc columns and all rows of A stream past each (a "chunk" is then all of the unit's rows).
+      const int64_t nc = block_columns(pr, my_n);
       T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
-      const int64_t a_ps = a_panel_stride<T, MR>(kc);
-      T* a_buf = pr.pack_a() ? scratch<T>(0, kChunkRows / MR * a_ps) : nullptr;
+      const bool panels_a = pr.pack_a() && AK;  // else rows (see a_in_panels)
+      const int64_t a_ps = panels_a ? a_panel_stride<T, MR>(kc) : a_row_stride<T>(kc);
+      T* a_buf = pr.pack_a() ? scratch<T>(0, panels_a ? kChunkRows / MR * a_ps : kChunkRows * a_ps) : nullptr;
       const int64_t chunk_panels = pr.pack_a() ? kChunkRows / MR : mp_hi - mp_lo;
-      // Packed A: which operand stays in cache while the other streams. A B panel (kc x NR) that
-      // fits in L1 serves the chunk's A panels back to back from there (AVX2's 16-wide panels);
-      // a wider one (AVX-512's 64) would come from L2 for every tile anyway, so then, if the unit's
-      // B block fits in L2, each A panel stays in L1 and meets all of it, as unpacked A does (A from
-      // L2 as well cost 512x2048x128 tn about 5% on AVX-512).
-      const bool rows_outer = !pr.pack_a() || (kc * NR * int64_t(sizeof(T)) > cache_info().l1d &&
-                                               nc * kc * int64_t(sizeof(T)) <= cache_info().l2 / 2);
+      const bool rows_outer = !pr.pack_a() || panels_a;
 
       const auto& edge = kernels<AK>();
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
@@ -228,10 +241,16 @@ struct GemmDriver {
             if (pr.pack_a()) {
               TG_PROF_BEGIN;
               const int64_t r0 = cp * MR, rows = std::min(M, cp_end * MR) - r0;
-              const int64_t last_row_cols = k0 + kb == K ? M - r0 : std::numeric_limits<int64_t>::max();
-              pack_a_panels<T, MR>(rows, kb, pr.a + r0 + k0 * pr.a_cs, pr.a_cs, last_row_cols, a_buf, a_ps);
+              const T* src = pr.a + r0 + k0 * pr.a_cs;
+              if (panels_a) {
+                const int64_t last_row_cols = k0 + kb == K ? M - r0 : std::numeric_limits<int64_t>::max();
+                pack_a_panels<T, MR>(rows, kb, src, pr.a_cs, last_row_cols, a_buf, a_ps);
+                a_blk = a_buf, lda = MR, a_step = a_ps;
+              } else {
+                pack_a_transposed<Arch, T>(0, rows, kb, src, pr.a_cs, a_buf, a_ps);
+                a_blk = a_buf, lda = a_ps, a_step = MR * a_ps;
+              }
               TG_PROF_END(0);
-              a_blk = a_buf, lda = MR, a_step = a_ps;
             } else if (AK) {
               a_blk = pr.a + cp * MR + k0 * pr.a_cs, lda = pr.a_cs, a_step = MR;
             } else {

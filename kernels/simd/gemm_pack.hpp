@@ -6,8 +6,9 @@
 //     row-major (not transposed) this is a copy, done a whole row of the block at a time so the
 //     reads stream through memory; when B is transposed it is a transpose.
 //   - A (the broadcast side) is read by the kernel row by row, so A that is not transposed needs no
-//     packing at all. Transposed A is copied into column-major panels of MR rows (BLIS's packed A),
-//     MR contiguous elements per k: a copy, not a transpose.
+//     packing at all. Transposed A is either transposed into a row-major block or copied into
+//     column-major panels of MR rows (BLIS's packed A), MR contiguous elements per k: a copy, not
+//     a transpose (which one: a_in_panels in gemm_driver.hpp).
 // Transposes go through W x W in-register transposes (unpack/shuffle intrinsics): scalar code
 // manages ~2 elements per cycle, one store each, which for N = 256 would cost ~8% of the GEMM.
 // xsimd 8.1's zip_lo/zip_hi interleave within 128-bit lanes only, so they cannot express it.
@@ -33,6 +34,14 @@ template <class T>
 constexpr int64_t panel_stride(int64_t kc, int64_t NR) {
   const int64_t line = 64 / int64_t(sizeof(T));
   return (kc * NR + line - 1) / line * line;
+}
+
+// Row stride of a packed (transposed) A block of depth kc: a whole number of cache lines plus one,
+// so rows 4 KiB apart do not all land in the same L1 set.
+template <class T>
+constexpr int64_t a_row_stride(int64_t kc) {
+  const int64_t line = 64 / int64_t(sizeof(T));
+  return (kc + line - 1) / line * line + line;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,6 +191,12 @@ inline void prefetch_span(const T* p, int64_t n) {
 // ---------------------------------------------------------------------------------------------
 // Packers.
 
+// How many stored rows ahead a packer prefetches its source into L2. Each stored row of a block is
+// a short run (a few cache lines) on a page of its own when the matrix is wide, and the hardware
+// prefetchers do not follow such runs across pages: without it, packing the 2048 x 512 B of a
+// 128 x 2048 x 512 product took 11% of the product on Zen 4 (7% with it).
+inline constexpr int64_t kPackAhead = 32;
+
 // B block of depth kc and width nb, element (k, j) at src[k*ks + j*js] with js == 1 or ks == 1,
 // into ceil(nb / NR) k-major panels `stride` elements apart.
 template <class Arch, class T, int NR>
@@ -194,6 +209,7 @@ void pack_b(int64_t kc, int64_t nb, const T* src, int64_t ks, int64_t js, T* dst
     // Row by row: each row segment of the block is contiguous, each panel gets NR of it.
     for (int64_t k = 0; k < kc; ++k) {
       const T* row = src + k * ks;
+      if (k + kPackAhead < kc) prefetch_span<2>(row + kPackAhead * ks, nb);
       for (int64_t p = 0; p < full; ++p)
 #pragma GCC unroll 8
         for (int j = 0; j < NR; j += W)
@@ -233,6 +249,45 @@ void pack_b(int64_t kc, int64_t nb, const T* src, int64_t ks, int64_t js, T* dst
   }
 }
 
+// Rows [r0, r1) of a transposed A block of depth kc, element (i, k) at src[k*lda + i], into a
+// row-major block: dst[i*ps + k]. W stored rows (k) at a time across the whole row range, so the
+// reads are W sequential streams; i outer would read one cache line from each of kc rows, each on
+// its own page when lda is large.
+template <class Arch, class T>
+void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t lda, T* dst, int64_t ps) {
+  using V = xsimd::batch<T, Arch>;
+  constexpr int W = int(V::size);
+  int64_t i_end = r0;  // rows [r0, i_end) go through the vector transpose
+  int64_t k_end = 0;   // and depths [0, k_end)
+  if constexpr (Transpose<Arch, T>::available) {
+    using R = typename V::register_type;
+    i_end = r0 + (r1 - r0) / W * W;
+    k_end = kc / W * W;
+    for (int64_t k0 = 0; k0 < k_end; k0 += W) {
+      // Prefetch the rows two steps ahead. Not further: with a large power-of-two lda the rows of a
+      // chunk all fall into a few cache sets, and prefetching a whole chunk ahead (as the driver
+      // once did) evicted each other before use; the transpose then stalled on memory for 15% of
+      // a 2048x1024x256 tn GEMM.
+      for (int64_t k = k0 + 2 * W; k < std::min(kc, k0 + 3 * W); ++k)
+        prefetch_span(src + k * lda + r0, r1 - r0);
+      for (int64_t i0 = r0; i0 < i_end; i0 += W) {
+        R r[W];
+#pragma GCC unroll 16
+        for (int k = 0; k < W; ++k) r[k] = R(V::load_unaligned(src + (k0 + k) * lda + i0));
+        Transpose<Arch, T>::run(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < W; ++i) V(r[i]).store_unaligned(dst + (i0 + i) * ps + k0);
+      }
+    }
+  }
+  // What is left (a depth tail, fewer than W rows, or no transpose for this ISA), k outer so the
+  // reads stay contiguous.
+  for (int64_t k = 0; k < kc; ++k) {
+    const int64_t i_from = k < k_end ? i_end : r0;
+    for (int64_t i = i_from; i < r1; ++i) dst[i * ps + k] = src[k * lda + i];
+  }
+}
+
 // Transposed A, packed for the column-major kernel (gemm_micro.hpp, AK = true, lda = MR): `rows`
 // rows of a depth-kc block, element (i, k) at src[k*lda + i], go into panels of MR rows, panel p at
 // dst + p*ps with element (i, k) at [k*MR + i]. Not a transpose: each k contributes MR contiguous
@@ -251,8 +306,6 @@ constexpr int64_t a_panel_stride(int64_t kc) {
   return (kc * MR + (a_panel_copy<T, MR> - MR) + line - 1) / line * line;
 }
 
-inline constexpr int64_t kPackAhead = 32;  // stored rows
-
 template <class T, int MR>
 void pack_a_panels(int64_t rows, int64_t kc, const T* src, int64_t lda, int64_t last_row_cols, T* dst,
                    int64_t ps) {
@@ -261,8 +314,7 @@ void pack_a_panels(int64_t rows, int64_t kc, const T* src, int64_t lda, int64_t 
   for (int64_t k = 0; k < kc; ++k) {
     const T* row = src + k * lda;
     T* d = dst + k * MR;
-    // Stored rows far apart defeat the hardware prefetcher: ask for a row well ahead, into L2 (into
-    // L1, rows a power of two apart would evict each other before use).
+    // Into L2 (into L1, rows a power of two apart would evict each other before use).
     if (k + kPackAhead < kc) prefetch_span<2>(row + kPackAhead * lda, rows);
     // Panels whose move stays inside what this row may be read for.
     const int64_t moved =
