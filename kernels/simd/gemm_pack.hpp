@@ -288,6 +288,18 @@ void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t
   }
 }
 
+// Elements one move of pack_a_panels copies per k: MR rounded up to a power of two.
+template <int MR>
+inline constexpr int a_panel_copy = std::bit_ceil(unsigned(MR));
+
+// Elements between consecutive packed A panels of depth kc: room for the last move's spill,
+// rounded to a cache line.
+template <class T, int MR>
+constexpr int64_t a_panel_stride(int64_t kc) {
+  const int64_t line = 64 / int64_t(sizeof(T));
+  return (kc * MR + (a_panel_copy<MR> - MR) + line - 1) / line * line;
+}
+
 // Transposed A, packed for the column-major kernel (gemm_micro.hpp, AK = true, lda = MR): `rows`
 // rows of a depth-kc block, element (i, k) at src[k*lda + i], go into panels of MR rows, panel p at
 // dst + p*ps with element (i, k) at [k*MR + i]. Not a transpose: each k contributes MR contiguous
@@ -298,18 +310,9 @@ void pack_a_transposed(int64_t r0, int64_t r1, int64_t kc, const T* src, int64_t
 // has from src on (the moves read up to a_panel_copy - MR past a panel; a row that is not A's
 // last may run on into the next).
 template <class T, int MR>
-inline constexpr int a_panel_copy = std::bit_ceil(unsigned(MR));
-
-template <class T, int MR>
-constexpr int64_t a_panel_stride(int64_t kc) {
-  const int64_t line = 64 / int64_t(sizeof(T));
-  return (kc * MR + (a_panel_copy<T, MR> - MR) + line - 1) / line * line;
-}
-
-template <class T, int MR>
 void pack_a_panels(int64_t rows, int64_t kc, const T* src, int64_t lda, int64_t last_row_cols, T* dst,
                    int64_t ps) {
-  constexpr int CW = a_panel_copy<T, MR>;
+  constexpr int CW = a_panel_copy<MR>;
   const int64_t full = rows / MR, tail = rows % MR;
   for (int64_t k = 0; k < kc; ++k) {
     const T* row = src + k * lda;
