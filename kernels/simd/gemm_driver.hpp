@@ -161,7 +161,7 @@ struct GemmDriver {
       const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
       const int64_t n_lo = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju)) * NR);
       const int64_t n_hi = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju + 1)) * NR);
-      const bool ak = pr.a_cs != 1 && (!pr.pack_a() || a_in_panels(pr, n_hi - n_lo));
+      const bool ak = pr.a_cs != 1 && (!pr.pack_a() || a_in_panels(pr));
       tiles += ak ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi) : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
     }
     if (run) run->report(tid, double(tiles), t0, TeamRun::Clock::now());
@@ -169,23 +169,24 @@ struct GemmDriver {
     if (nt > 1) barrier->wait();
   }
 
-  // Columns of B packed at a time by a unit `my_n` wide: with packed A all of them (A is packed once
-  // per depth block), otherwise blocks of about nc that stay in L2.
+  // Columns of B packed at a time by a unit `my_n` wide: blocks of about nc that stay in L2, except
+  // for transposed A transposed into rows, which is packed once per depth block against all of them.
   static int64_t block_columns(const Problem& pr, int64_t my_n) {
-    return pr.pack_a() ? round_up(my_n, NR)
-                       : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
+    return pr.pack_a() && !a_in_panels(pr)
+               ? round_up(my_n, NR)
+               : round_up(ceil_div(my_n, std::max<int64_t>(1, ceil_div(my_n, blocking<T, Tile>().nc))), NR);
   }
 
-  // How a unit `my_n` wide packs transposed A, and so which operand stays in cache while the other
-  // streams. A B panel (kc x NR) that fits in L1 serves the chunk's rows of A back to back from
-  // there (AVX2's 16-wide panels): A is transposed into rows (pack_a_transposed), read from L2. A
-  // wider panel (AVX-512's 64) comes from L2 for every tile anyway, so then, if the unit's B block
-  // fits in L2, A goes into column-major panels (pack_a_panels, a copy rather than a transpose)
-  // and each stays in L1 while all of the B block streams past, as unpacked A does (A from L2 as
-  // well cost 512x2048x128 tn 5-10% on AVX-512; panels with B panels outer cost AVX2 3-7%).
-  static bool a_in_panels(const Problem& pr, int64_t my_n) {
-    const int64_t kc = depth_block(pr.K), bytes = int64_t(sizeof(T));
-    return kc * NR * bytes > cache_info().l1d && block_columns(pr, my_n) * kc * bytes <= cache_info().l2 / 2;
+  // How transposed A is packed, and so which operand stays in cache while the other streams. A B
+  // panel (kc x NR) that fits in L1 serves the chunk's rows of A back to back from there (AVX2's
+  // 16-wide panels): A is transposed into rows (pack_a_transposed), read from L2, once per depth
+  // block, against all of the unit's B. A wider panel (AVX-512's 64) comes from L2 for every tile
+  // anyway, so A goes into column-major panels (pack_a_panels, a copy rather than a transpose) and
+  // each stays in L1 while an L2-sized block of B streams past, as unpacked A does. A from L2 as
+  // well cost 512x2048x128 tn 5-10% on AVX-512, panels with B panels outer cost AVX2 3-7%, and all
+  // of a wide unit's B in one block (2 MiB at 1024^3, past L2) cost 1024^3 tn 10% against blocks.
+  static bool a_in_panels(const Problem& pr) {
+    return depth_block(pr.K) * NR * int64_t(sizeof(T)) > cache_info().l1d;
   }
 
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
@@ -197,22 +198,38 @@ struct GemmDriver {
     const int64_t M = pr.M, K = pr.K, kc = depth_block(K);
     const int64_t my_n = n_hi - n_lo;
     if (mp_lo < mp_hi && my_n > 0) {
-      // Transposed A is packed once per depth block, a chunk of rows at a time, against all of the
-      // unit's B (packed once per depth block, kc x my_n). Otherwise B comes in L2-sized blocks of
-      // nc columns and all rows of A stream past each (a "chunk" is then all of the unit's rows).
+      // B comes in blocks of nc columns (block_columns), and for each block all rows of A stream
+      // past it: transposed A in panels (see a_once) or, in rows, a chunk at a time once per depth
+      // block against all of the unit's B (one block). A "chunk" of A that is not packed, or that
+      // was packed up front, is all of the unit's rows.
       const int64_t nc = block_columns(pr, my_n);
       T* b_buf = scratch<T>(1, ceil_div(nc, NR) * panel_stride<T>(kc, NR));
       const bool panels_a = pr.pack_a() && AK;  // else rows (see a_in_panels)
+      // Panels for more than one block of B are packed once per depth block, all of the unit's rows
+      // (2048x512x2048 tn: 8% of the time packing A again for each block, 2% once); for one block,
+      // a chunk at a time, used while it is still in L1/L2 (2048x128x128 tn ran 5-10% faster so).
+      const bool a_once = panels_a && nc < round_up(my_n, NR);
       const int64_t a_ps = panels_a ? a_panel_stride<T, MR>(kc) : a_row_stride<T>(kc);
-      T* a_buf = pr.pack_a() ? scratch<T>(0, panels_a ? kChunkRows / MR * a_ps : kChunkRows * a_ps) : nullptr;
-      const int64_t chunk_panels = pr.pack_a() ? kChunkRows / MR : mp_hi - mp_lo;
+      const int64_t chunk_panels = !pr.pack_a() || a_once ? mp_hi - mp_lo : kChunkRows / MR;
+      T* a_buf = pr.pack_a() ? scratch<T>(0, chunk_panels * (panels_a ? a_ps : MR * a_ps)) : nullptr;
       const bool rows_outer = !pr.pack_a() || panels_a;
+      // Rows [r0, r0 + rows) of depth block k0 (kb deep) into panels at dst, kChunkRows at a time.
+      auto pack_panels = [&](int64_t r0, int64_t rows, int64_t k0, int64_t kb, T* dst) {
+        TG_PROF_BEGIN;
+        for (int64_t r = r0; r < r0 + rows; r += kChunkRows) {
+          const int64_t last_row_cols = k0 + kb == K ? M - r : std::numeric_limits<int64_t>::max();
+          pack_a_panels<T, MR>(std::min(kChunkRows, r0 + rows - r), kb, pr.a + r + k0 * pr.a_cs, pr.a_cs,
+                               last_row_cols, dst + (r - r0) / MR * a_ps, a_ps);
+        }
+        TG_PROF_END(0);
+      };
 
       const auto& edge = kernels<AK>();
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
         const int64_t bs = panel_stride<T>(kb, NR);
+        if (a_once) pack_panels(mp_lo * MR, std::min(M, mp_hi * MR) - mp_lo * MR, k0, kb, a_buf);
         for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
@@ -237,18 +254,16 @@ struct GemmDriver {
             const int64_t cp_end = std::min(mp_hi, cp + chunk_panels);
             const T* a_blk;  // row cp * MR of op(A), depth k0
             int64_t lda, a_step;  // the kernel's lda; elements from one panel of A to the next
-            if (pr.pack_a()) {
+            const int64_t r0 = cp * MR, rows = std::min(M, cp_end * MR) - r0;
+            if (a_once) {
+              a_blk = a_buf + (cp - mp_lo) * a_ps, lda = MR, a_step = a_ps;
+            } else if (panels_a) {
+              pack_panels(r0, rows, k0, kb, a_buf);
+              a_blk = a_buf, lda = MR, a_step = a_ps;
+            } else if (pr.pack_a()) {
               TG_PROF_BEGIN;
-              const int64_t r0 = cp * MR, rows = std::min(M, cp_end * MR) - r0;
-              const T* src = pr.a + r0 + k0 * pr.a_cs;
-              if (panels_a) {
-                const int64_t last_row_cols = k0 + kb == K ? M - r0 : std::numeric_limits<int64_t>::max();
-                pack_a_panels<T, MR>(rows, kb, src, pr.a_cs, last_row_cols, a_buf, a_ps);
-                a_blk = a_buf, lda = MR, a_step = a_ps;
-              } else {
-                pack_a_transposed<Arch, T>(0, rows, kb, src, pr.a_cs, a_buf, a_ps);
-                a_blk = a_buf, lda = a_ps, a_step = MR * a_ps;
-              }
+              pack_a_transposed<Arch, T>(0, rows, kb, pr.a + r0 + k0 * pr.a_cs, pr.a_cs, a_buf, a_ps);
+              a_blk = a_buf, lda = a_ps, a_step = MR * a_ps;
               TG_PROF_END(0);
             } else if (AK) {
               a_blk = pr.a + cp * MR + k0 * pr.a_cs, lda = pr.a_cs, a_step = MR;
