@@ -11,10 +11,11 @@
 // The micro-kernel broadcasts A (gemm_micro.hpp), so A that is not transposed is read in place, and
 // transposed A is packed a chunk of 48 rows at a time (transposed into rows, or copied into
 // column-major panels of MR rows: see a_in_panels) into a buffer that stays in cache until its
-// tiles are done (preparing a whole block up front cost ~15% at 2048x1024x256: the copy went out
-// to L3 and came back). Nothing is shared between units: each packs its own B and its own A rows,
-// so a team never waits inside a GEMM, only at its end. A team takes units one at a time from a
-// shared counter (see choose_units); one thread does the whole problem as a single unit.
+// tiles are done (preparing a whole block of rows up front cost ~15% at 2048x1024x256: the copy
+// went out to L3 and came back); only panels that serve several blocks of B are packed up front,
+// once per depth block (see a_once). Nothing is shared between units: each packs its own B and its
+// own A rows, so a team never waits inside a GEMM, only at its end. A team takes units one at a
+// time from a shared counter (see choose_units); one thread does the whole problem as a single unit.
 // Small problems run on the calling thread with no OpenMP region: under kMinFlopsPerThread per
 // thread, or while a team costs more than half the one-thread time (TeamCost: on a shared machine
 // a team can cost milliseconds). Small row-major B and small transposed A are read in place.
