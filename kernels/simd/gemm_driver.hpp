@@ -93,7 +93,7 @@ struct GemmDriver {
     const T* b_packed = nullptr;
     // Transposed A is packed (see a_in_panels), unless it is small enough to be read in place
     // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
-    bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= kMaxUnpackedA; }
+    bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= max_unpacked_a<Tile>(); }
     bool pack_a() const { return !a_in_place(); }
     // Row-major B small enough to stay in L2 is read in place: packing it would cost more than the
     // aligned, contiguous panels save (64^3: about a tenth of the run time). Prepacked B counts as
