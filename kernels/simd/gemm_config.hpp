@@ -119,9 +119,9 @@ inline constexpr double kMinFlopsPerMatrixTeam = 16.0e6;
 // Row-major B up to this many bytes (K x N) is read in place instead of packed (see gemm_driver.hpp).
 inline constexpr int64_t kMaxUnpackedB = 64 << 10;
 // Transposed A up to this many bytes (M x K) is read in place instead of transposed; twice as many
-// for a tile four vectors wide (AVX-512), whose 24 FMAs per k read A's MR elements of a column as
-// the 12 of a 6 x 2 tile do: 128^3 tn ran 6% faster in place on AVX-512 at 1 thread (3-14% at 2),
-// and 12-20% slower on AVX2 at 1 thread, on the same Xeon.
+// for a tile four vectors wide (AVX-512), whose 24 FMAs per k share the MR elements of A's column
+// that a 6 x 2 tile spends on 12: in place, 128^3 tn and tt ran 2-6% faster on AVX-512 at 1 thread
+// and 8-15% at 2 (four alternating rounds), and 12-20% slower on AVX2 at 1 thread, on one Xeon.
 template <class Tile>
 constexpr int64_t max_unpacked_a() {
   return Tile::NV >= 4 ? 64 << 10 : 32 << 10;
