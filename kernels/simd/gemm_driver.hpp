@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -514,9 +515,14 @@ struct GemmDriver {
         gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, nt);
       return;
     }
-    // Matrices are handed out one at a time from a shared counter, so a thread that the OS delays
-    // (the machine is shared) costs its own share only, not everyone's.
+    // Matrices are handed out a run at a time from a shared counter, so a thread that the OS delays
+    // (the machine is shared) costs its own share only, not everyone's; runs of several small
+    // matrices keep the counter's cache line from moving between cores at every matrix
+    // (kBatchRunUs). Which thread computes a matrix changes no result.
     const int team = int(std::min<int64_t>(nt, batch));
+    const int64_t most = std::max<int64_t>(1, batch / (kMinRunsPerThread * team));
+    const int64_t wanted = int64_t(std::ceil(kBatchRunUs / single_thread_us(flops)));
+    const int64_t run_length = std::clamp<int64_t>(wanted, 1, most);
     std::atomic<int64_t> next{0};
     TeamBarrier barrier(team);
     TeamRun run(team);
@@ -524,9 +530,10 @@ struct GemmDriver {
     {
       const auto t0 = TeamRun::Clock::now();
       int64_t done = 0;
-      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < batch;
-           i = next.fetch_add(1, std::memory_order_relaxed), ++done)
-        gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+      for (int64_t first = next.fetch_add(run_length, std::memory_order_relaxed); first < batch;
+           first = next.fetch_add(run_length, std::memory_order_relaxed))
+        for (int64_t i = first; i < std::min(batch, first + run_length); ++i, ++done)
+          gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
       if (omp_get_num_threads() == team) {
         run.report(omp_get_thread_num(), double(done), t0, TeamRun::Clock::now());
         barrier.wait();
