@@ -121,14 +121,22 @@ struct GemmDriver {
   // per preparation, one read in place about an eighth of that (it is only read, from cache). Ties
   // cut N. Larger operands keep the rule that held at 1024^3 and the 2048 shapes: cut N unless A
   // needs transposing and is the larger operand. (At 128^3 tn, cutting M into four re-packed B four
-  // times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.)
+  // times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.) A long-K product
+  // (K at least kLongDepth times M and N, a weight gradient dW = dy^T x over all of a batch's rows)
+  // takes one unit per thread instead: there each unit's own preparation of the operand it shares
+  // (K x 128 floats of B for 512x2048x128 tn, 1 MiB from L3) is a sixth of the unit's time, and a
+  // second unit per thread repeats it (four alternating rounds on a 2-core Zen 5, GFLOP/s at 2
+  // threads, two units a thread -> one: 512x2048x128 tn 336-367 -> 365-393, tt 321-356 -> 357-391).
+  static constexpr int64_t kLongDepth = 4;
   struct Units {
     int64_t um, un;
     int64_t count() const { return um * un; }
   };
   static Units choose_units(const Problem& pr, int nt) {
     if (nt <= 1) return {1, 1};
-    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR), target = 2 * nt;
+    const bool long_depth = pr.K >= kLongDepth * std::max(pr.M, pr.N);
+    const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
+    const int64_t target = (long_depth ? 1 : 2) * nt;
     auto cut_n = [&](int64_t um) { return Units{um, std::min(n_panels, ceil_div(target, um))}; };
     const int64_t bytes = (pr.M + pr.N) * pr.K * int64_t(sizeof(T));
     if (bytes > cache_info().l2) {
