@@ -80,15 +80,29 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
   active_table<T>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+namespace {
+
+// The matrices of `layout` (count() > 0): the ISA's batched GEMM, else one gemm each.
+template <class T>
+void gemm_layout(const BatchLayout& layout, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                 const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (auto f = active_table<T>().gemm_batched)
+    return f(layout, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  for (int64_t m = 0; m < layout.count(); ++m)
+    gemm<T>(ta, tb, M, N, K, alpha, A + layout.offset(0, m), lda, B + layout.offset(1, m), ldb, beta,
+            C + layout.offset(2, m), ldc);
+}
+
+}  // namespace
+
 template <class T>
 void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                   int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta, T* C, int64_t ldc,
                   int64_t sc) {
-  if (batch <= 0 || M <= 0 || N <= 0) return;
-  if (auto f = active_table<T>().gemm_batched)
-    return f(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc);
-  for (int64_t i = 0; i < batch; ++i)
-    gemm<T>(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+  if (batch <= 0) return;
+  gemm_layout<T>(BatchLayout{1, batch, {0, 0, 0}, {sa, sb, sc}}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+                 C, ldc);
 }
 
 template <class T>
@@ -96,30 +110,50 @@ void gemm_nd_batched(int batch_ndim, const int64_t* batch_shape, bool ta, bool t
                      T alpha, const T* A, int64_t lda, const int64_t* a_strides, const T* B, int64_t ldb,
                      const int64_t* b_strides, T beta, T* C, int64_t ldc, const int64_t* c_strides) {
   if (batch_ndim == 0) return gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]); the
-  // longest one becomes a batched GEMM (which splits its matrices across the threads), the others
-  // a loop. Attention's heads split off the feature axis do not merge with the batch ([B,H] with
-  // strides T*3C and d): batching the 4 heads and looping over 64 sequences ran on one thread.
-  // Each matrix is computed the same way wherever it sits, so the choice changes no result; with
-  // a summed dim (C stride 0) the dims keep their order, which fixes the order of the sum.
+  // Batch dims whose strides line up for all three operands merge (e.g. [B,H] -> [B*H]). Without a
+  // summed dim, the two longest become one two-level batch (BatchLayout), so that one team splits
+  // all their matrices, and any others a loop. Attention's heads split off the feature axis do not
+  // merge with the batch ([B,H] with strides T*3C and d): batching the 4 heads and looping over 64
+  // sequences ran on one thread, and a team per head (4 per product) ran the small Transformer's
+  // attention products slower on two threads than on one. Each matrix is computed the same way
+  // wherever it sits, so the choice changes no result; with a summed dim (C stride 0) the dims keep
+  // their order, which fixes the order of the sum.
   const int64_t* strides[] = {a_strides, b_strides, c_strides};
   nd::Space s = nd::coalesce(batch_ndim, batch_shape, 3, strides);
   if (s.total == 0) return;
   const int last = s.ndim - 1;
-  if (std::none_of(s.stride[2], s.stride[2] + s.ndim, [](int64_t st) { return st == 0; })) {
-    const int longest = int(std::max_element(s.shape, s.shape + s.ndim) - s.shape);
-    std::swap(s.shape[longest], s.shape[last]);
-    for (auto& op : s.stride) std::swap(op[longest], op[last]);
+  if (std::any_of(s.stride[2], s.stride[2] + s.ndim, [](int64_t st) { return st == 0; })) {
+    const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
+    nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
+      const T *a = A + off[0], *b = B + off[1];
+      if (dc == 0 && n > 1) {  // summing over this dim: accumulate one by one
+        for (int64_t k = 0; k < n; ++k)
+          gemm<T>(ta, tb, M, N, K, alpha, a + k * da, lda, b + k * db, ldb, beta, C + off[2], ldc);
+      } else {
+        gemm_batched<T>(n, ta, tb, M, N, K, alpha, a, lda, da, b, ldb, db, beta, C + off[2], ldc, dc);
+      }
+    });
+    return;
   }
-  const int64_t n = s.shape[last], da = s.stride[0][last], db = s.stride[1][last], dc = s.stride[2][last];
-  nd::for_each_outer(s, 3, [&](int64_t, const int64_t* off) {
-    const T *a = A + off[0], *b = B + off[1];
-    if (dc == 0 && n > 1) {  // summing over this dim: accumulate one by one
-      for (int64_t k = 0; k < n; ++k)
-        gemm<T>(ta, tb, M, N, K, alpha, a + k * da, lda, b + k * db, ldb, beta, C + off[2], ldc);
-    } else {
-      gemm_batched<T>(n, ta, tb, M, N, K, alpha, a, lda, da, b, ldb, db, beta, C + off[2], ldc, dc);
-    }
+  auto to_position = [&](int from, int to) {
+    std::swap(s.shape[from], s.shape[to]);
+    for (auto& op : s.stride) std::swap(op[from], op[to]);
+  };
+  to_position(int(std::max_element(s.shape, s.shape + s.ndim) - s.shape), last);
+  if (s.ndim == 1) {
+    gemm_layout<T>(BatchLayout{1, s.shape[0], {0, 0, 0}, {s.stride[0][0], s.stride[1][0], s.stride[2][0]}},
+                   ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  to_position(int(std::max_element(s.shape, s.shape + last) - s.shape), last - 1);
+  BatchLayout layout{s.shape[last - 1], s.shape[last]};
+  for (int k = 0; k < 3; ++k)
+    layout.outer_stride[k] = s.stride[k][last - 1], layout.inner_stride[k] = s.stride[k][last];
+  nd::Space rest = s;  // the dims before the two: walked one layout at a time
+  rest.ndim = s.ndim - 1;
+  rest.total = s.total / s.shape[last];
+  nd::for_each_outer(rest, 3, [&](int64_t, const int64_t* off) {
+    gemm_layout<T>(layout, ta, tb, M, N, K, alpha, A + off[0], lda, B + off[1], ldb, beta, C + off[2], ldc);
   });
 }
 

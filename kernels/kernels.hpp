@@ -72,9 +72,9 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t 
 // GEMMs over an nd batch: for every index b of `batch_shape` (batch_ndim <= 8; 0 is one GEMM),
 // matrix b of each operand starts at the sum over dims d of b[d] * its stride in d (in elements;
 // 0 broadcasts A or B over that dim). A C stride of 0 sums that dim into one C matrix, in index
-// order; beta must be 1 then, with C initialised. Dims every operand walks alike merge and the
-// longest becomes one gemm_batched (which splits across the threads), so results do not depend
-// on how the batch dims are written.
+// order; beta must be 1 then, with C initialised. Dims every operand walks alike merge; without a
+// summed dim the two longest become one batched GEMM (a BatchLayout, split across the threads as
+// one batch), so results do not depend on how the batch dims are written.
 template <class T>
 void gemm_nd_batched(int batch_ndim, const int64_t* batch_shape, bool trans_a, bool trans_b, int64_t M, int64_t N,
                      int64_t K, T alpha, const T* A, int64_t lda, const int64_t* a_strides, const T* B,

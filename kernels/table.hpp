@@ -34,8 +34,8 @@ struct KernelTable {
   // has its own. gemm_batched null = a loop of gemm; packed B null = this path packs nothing.
   void (*gemm)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*,
                int64_t) = nullptr;
-  void (*gemm_batched)(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t,
-                       const T*, int64_t, int64_t, T, T*, int64_t, int64_t) = nullptr;
+  void (*gemm_batched)(const BatchLayout&, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,
+                       const T*, int64_t, T, T*, int64_t) = nullptr;
   int64_t (*packed_b_size)(int64_t, int64_t) = nullptr;
   void (*pack_b)(bool, int64_t, int64_t, const T*, int64_t, T*) = nullptr;
   void (*gemm_packed_b)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t,

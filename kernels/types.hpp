@@ -46,6 +46,18 @@ struct GradOutput {
   bool overwrite = false;
 };
 
+// The matrices of a batched GEMM (kernels::gemm_batched, gemm_nd_batched): outer x inner of them,
+// matrix m = o * inner + i of operand k (0 A, 1 B, 2 C) starting o * outer_stride[k] +
+// i * inner_stride[k] elements in (0 broadcasts that operand). Two levels, so that attention's
+// heads, which sit apart from the batch ([B, H] strides T*3C and d: the two do not merge), run as
+// one batch of B*H matrices, one thread team for all of them.
+struct BatchLayout {
+  int64_t outer = 1, inner = 0;
+  int64_t outer_stride[3] = {0, 0, 0}, inner_stride[3] = {0, 0, 0};
+  int64_t count() const { return outer * inner; }
+  int64_t offset(int k, int64_t m) const { return m / inner * outer_stride[k] + m % inner * inner_stride[k]; }
+};
+
 // op(B) (K x N) packed once for many GEMMs that share it (kernels::pack_b).
 template <class T>
 struct PackedB {

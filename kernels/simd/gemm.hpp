@@ -34,15 +34,14 @@ void gemm_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 }
 
 template <class Arch, class T>
-void gemm_batched_entry(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                        int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta, T* C,
-                        int64_t ldc, int64_t sc) {
+void gemm_batched_entry(const BatchLayout& layout, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                        const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   using namespace gemm_detail;
   if (use_narrow<Arch, T>(M, N))
-    GemmDriver<Arch, T, NarrowTile<Arch, T>>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb,
-                                                           sb, beta, C, ldc, sc, num_threads());
+    GemmDriver<Arch, T, NarrowTile<Arch, T>>::gemm_batched(layout, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                                                           beta, C, ldc, num_threads());
   else
-    GemmDriver<Arch, T>::gemm_batched(batch, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+    GemmDriver<Arch, T>::gemm_batched(layout, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
                                       num_threads());
 }
 

@@ -510,17 +510,21 @@ struct GemmDriver {
 
   // Batched: small matrices go one per thread (no barriers, private buffers); large ones, or a
   // batch too short to balance, go one after another with the team inside each.
-  static void gemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
-                           const T* A, int64_t lda, int64_t sa, const T* B, int64_t ldb, int64_t sb, T beta,
-                           T* C, int64_t ldc, int64_t sc, int nt) {
+  static void gemm_batched(const BatchLayout& layout, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                           T alpha, const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C,
+                           int64_t ldc, int nt) {
+    const int64_t batch = layout.count();
     if (batch <= 0 || M <= 0 || N <= 0) return;
+    auto one = [&](int64_t m, int threads) {
+      gemm(ta, tb, M, N, K, alpha, A + layout.offset(0, m), lda, B + layout.offset(1, m), ldb, beta,
+           C + layout.offset(2, m), ldc, threads);
+    };
     const double flops = 2.0 * double(M) * double(N) * double(K);
     if (omp_in_parallel() || !team_cost().worth_it(single_thread_us(flops * double(batch)))) nt = 1;
     const bool per_matrix_team =
         batch == 1 || nt == 1 || (flops >= kMinFlopsPerMatrixTeam && batch % nt != 0 && batch < 4 * nt);
     if (per_matrix_team) {
-      for (int64_t i = 0; i < batch; ++i)
-        gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, nt);
+      for (int64_t m = 0; m < batch; ++m) one(m, nt);
       return;
     }
     // Matrices are handed out a run at a time from a shared counter, so a thread that the OS delays
@@ -540,8 +544,7 @@ struct GemmDriver {
       int64_t done = 0;
       for (int64_t first = next.fetch_add(run_length, std::memory_order_relaxed); first < batch;
            first = next.fetch_add(run_length, std::memory_order_relaxed))
-        for (int64_t i = first; i < std::min(batch, first + run_length); ++i, ++done)
-          gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, 1);
+        for (int64_t m = first; m < std::min(batch, first + run_length); ++m, ++done) one(m, 1);
       if (omp_get_num_threads() == team) {
         run.report(omp_get_thread_num(), double(done), t0, TeamRun::Clock::now());
         barrier.wait();

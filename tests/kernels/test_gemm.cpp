@@ -39,6 +39,20 @@ struct KernelStateGuard {
   }
 };
 
+// Calls run() on every instruction set this machine has, at 1 and 2 threads (both captured).
+template <class F>
+void on_every_isa_and_thread_count(F&& run) {
+  KernelStateGuard guard;
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(k::isa_name(isa), threads);
+      run();
+    }
+  }
+}
+
 template <class T>
 std::vector<T> random_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -289,22 +303,81 @@ TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes"
     reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, ref.data() + b * sc,
                  bound.data() + b * sc);
 
-  KernelStateGuard guard;
-  for (k::Isa isa : k::available_isas()) {
-    k::set_isa(isa);
-    for (int threads : {1, 2}) {
-      k::set_num_threads(threads);
-      CAPTURE(k::isa_name(isa), threads);
-      std::vector<T> C = C0;
-      k::gemm_batched<T>(batch, ta, tb, M, N, K, T(s.alpha), A.data(), d.lda, sa, B.data(), d.ldb, sb,
-                         T(s.beta), C.data(), d.ldc, sc);
-      int64_t bad = 0;
-      for (int64_t b = 0; b < batch; ++b)
-        bad += count_bad<T>(s, d, C0.data() + b * sc, ref.data() + b * sc, bound.data() + b * sc,
-                            C.data() + b * sc);
-      CHECK(bad == 0);
-    }
+  on_every_isa_and_thread_count([&] {
+    std::vector<T> C = C0;
+    k::gemm_batched<T>(batch, ta, tb, M, N, K, T(s.alpha), A.data(), d.lda, sa, B.data(), d.ldb, sb,
+                       T(s.beta), C.data(), d.ldc, sc);
+    int64_t bad = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      bad += count_bad<T>(s, d, C0.data() + b * sc, ref.data() + b * sc, bound.data() + b * sc,
+                          C.data() + b * sc);
+    CHECK(bad == 0);
+  });
+}
+
+TEMPLATE_TEST_CASE("gemm_nd_batched: batch dims that do not merge run as one batch, every ISA",
+                   "[kernels][gemm]", float, double) {
+  using T = TestType;
+  // A batch shape and each operand's stride per batch dim, in whole matrices: gaps keep dims from
+  // merging (attention's [B, H] heads, split off the feature axis), 0 broadcasts an operand.
+  struct Case {
+    std::vector<int64_t> shape, a, b, c;
+  };
+  const Case cs = GENERATE(values<Case>({
+      {{5, 3}, {4, 1}, {3, 1}, {3, 1}},   // A's gap keeps the two dims apart: one 15-matrix layout
+      {{64, 4}, {5, 1}, {4, 1}, {4, 1}},  // the small Transformer's heads
+      {{2, 3, 4}, {7, 3, 1}, {12, 4, 1}, {12, 4, 1}},  // three dims: a loop over the first
+      {{3, 4}, {4, 1}, {0, 1}, {4, 1}},                // B broadcast over the first dim
+  }));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  const double beta = GENERATE(0.0, 0.5);
+  const Shape s{ta, tb, 32, 17, 9, 1, 0.75, beta};
+  CAPTURE(describe(s), cs.shape, cs.a, cs.b, cs.c);
+  const Dims d(s);
+  const int nd = int(cs.shape.size());
+  int64_t count = 1, span_a = 1, span_b = 1, span_c = 1;
+  for (int i = 0; i < nd; ++i) {
+    count *= cs.shape[size_t(i)];
+    span_a += (cs.shape[size_t(i)] - 1) * cs.a[size_t(i)];
+    span_b += (cs.shape[size_t(i)] - 1) * cs.b[size_t(i)];
+    span_c += (cs.shape[size_t(i)] - 1) * cs.c[size_t(i)];
   }
+  // Matrix m's offsets (in matrices) in the row-major walk of the batch shape.
+  auto offset = [&](const std::vector<int64_t>& st, int64_t m) {
+    int64_t off = 0;
+    for (int i = nd - 1; i >= 0; --i)
+      off += m % cs.shape[size_t(i)] * st[size_t(i)], m /= cs.shape[size_t(i)];
+    return off;
+  };
+  std::vector<int64_t> sa(cs.shape.size()), sb(cs.shape.size()), sc(cs.shape.size());
+  for (size_t i = 0; i < size_t(nd); ++i)
+    sa[i] = cs.a[i] * int64_t(d.a_size()), sb[i] = cs.b[i] * int64_t(d.b_size()),
+    sc[i] = cs.c[i] * int64_t(d.c_size());
+  const std::vector<T> A = random_vector<T>(size_t(span_a) * d.a_size(), 21);
+  const std::vector<T> B = random_vector<T>(size_t(span_b) * d.b_size(), 22);
+  std::vector<T> C0(size_t(span_c) * d.c_size());
+  for (int64_t m = 0; m < span_c; ++m) {
+    const auto c = initial_c<T>(s, d, uint32_t(23 + m));
+    std::copy(c.begin(), c.end(), C0.begin() + m * int64_t(d.c_size()));
+  }
+  std::vector<T> ref(C0.size()), bound(C0.size());
+  for (int64_t m = 0; m < count; ++m) {
+    const int64_t oa = offset(cs.a, m) * int64_t(d.a_size()), ob = offset(cs.b, m) * int64_t(d.b_size()),
+                  oc = offset(cs.c, m) * int64_t(d.c_size());
+    reference<T>(s, d, A.data() + oa, B.data() + ob, C0.data() + oc, ref.data() + oc, bound.data() + oc);
+  }
+
+  on_every_isa_and_thread_count([&] {
+    std::vector<T> C = C0;
+    k::gemm_nd_batched<T>(nd, cs.shape.data(), ta, tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, sa.data(),
+                          B.data(), d.ldb, sb.data(), T(s.beta), C.data(), d.ldc, sc.data());
+    int64_t bad = 0;
+    for (int64_t m = 0; m < count; ++m) {
+      const int64_t oc = offset(cs.c, m) * int64_t(d.c_size());
+      bad += count_bad<T>(s, d, C0.data() + oc, ref.data() + oc, bound.data() + oc, C.data() + oc);
+    }
+    CHECK(bad == 0);
+  });
 }
 
 TEMPLATE_TEST_CASE("gemm: large shapes", "[kernels][gemm][.slow]", float, double) {
