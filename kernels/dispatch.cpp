@@ -140,15 +140,12 @@ void gemm_nd_batched(int batch_ndim, const int64_t* batch_shape, bool ta, bool t
     for (auto& op : s.stride) std::swap(op[from], op[to]);
   };
   to_position(int(std::max_element(s.shape, s.shape + s.ndim) - s.shape), last);
-  if (s.ndim == 1) {
-    gemm_layout<T>(BatchLayout{1, s.shape[0], {0, 0, 0}, {s.stride[0][0], s.stride[1][0], s.stride[2][0]}},
-                   ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
+  BatchLayout layout{1, s.shape[last]};
+  for (int k = 0; k < 3; ++k) layout.inner_stride[k] = s.stride[k][last];
+  if (s.ndim == 1) return gemm_layout<T>(layout, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   to_position(int(std::max_element(s.shape, s.shape + last) - s.shape), last - 1);
-  BatchLayout layout{s.shape[last - 1], s.shape[last]};
-  for (int k = 0; k < 3; ++k)
-    layout.outer_stride[k] = s.stride[k][last - 1], layout.inner_stride[k] = s.stride[k][last];
+  layout.outer = s.shape[last - 1];
+  for (int k = 0; k < 3; ++k) layout.outer_stride[k] = s.stride[k][last - 1];
   nd::Space rest = s;  // the dims before the two: walked one layout at a time
   rest.ndim = s.ndim - 1;
   rest.total = s.total / s.shape[last];
