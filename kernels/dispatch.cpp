@@ -191,6 +191,10 @@ template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dxs) {
   fast::add_strided<T>(ndim, shape, dy, dx, dxs);
 }
+template <class T>
+void write_strided(int ndim, const int64_t* shape, const T* x, T* y, const int64_t* ys) {
+  fast::write_strided<T>(ndim, shape, x, y, ys);
+}
 
 // ----------------------------------------------------------------------------------------------
 // Random numbers.
@@ -205,19 +209,20 @@ double uniform_at(uint64_t seed, uint64_t counter) {
   return double((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
 }
 
-#define TG_INSTANTIATE(T)                                                                                  \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, \
-                        T*, int64_t);                                                                      \
-  template int64_t packed_b_size<T>(int64_t, int64_t);                                                     \
-  template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T*, int64_t, T*);                            \
-  template void gemm_packed_b<T>(bool, int64_t, T, const T*, int64_t, const PackedB<T>&, T, T*, int64_t);  \
-  template void gemm_batched<T>(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,      \
-                                int64_t, const T*, int64_t, int64_t, T, T*, int64_t, int64_t);             \
-  template void gemm_nd_batched<T>(int, const int64_t*, bool, bool, int64_t, int64_t, int64_t, T, const T*,  \
-                                   int64_t, const int64_t*, const T*, int64_t, const int64_t*, T, T*,        \
-                                   int64_t, const int64_t*);                                               \
-  template void copy_strided<T>(int, const int64_t*, const T*, const int64_t*, T*);                        \
-  template void add_strided<T>(int, const int64_t*, const T*, T*, const int64_t*);
+#define TG_INSTANTIATE(T)                                                                                   \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T,  \
+                        T*, int64_t);                                                                       \
+  template int64_t packed_b_size<T>(int64_t, int64_t);                                                      \
+  template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T*, int64_t, T*);                             \
+  template void gemm_packed_b<T>(bool, int64_t, T, const T*, int64_t, const PackedB<T>&, T, T*, int64_t);   \
+  template void gemm_batched<T>(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,       \
+                                int64_t, const T*, int64_t, int64_t, T, T*, int64_t, int64_t);              \
+  template void gemm_nd_batched<T>(int, const int64_t*, bool, bool, int64_t, int64_t, int64_t, T, const T*, \
+                                   int64_t, const int64_t*, const T*, int64_t, const int64_t*, T, T*,       \
+                                   int64_t, const int64_t*);                                                \
+  template void copy_strided<T>(int, const int64_t*, const T*, const int64_t*, T*);                         \
+  template void add_strided<T>(int, const int64_t*, const T*, T*, const int64_t*);                          \
+  template void write_strided<T>(int, const int64_t*, const T*, T*, const int64_t*);
 
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(double)

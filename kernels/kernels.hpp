@@ -13,7 +13,7 @@
 //   gemm, gemm_batched, packed_b_size,   the ISA's GEMM, else ref     the ISA's GEMM, else ref
 //     pack_b, gemm_packed_b,             (gemm_batched: else a loop of gemm; packing: else none;
 //     gemm_nd_batched                    gemm_nd_batched: gemm_batched over merged nd batch dims)
-//   copy_strided, add_strided            kernels/strided.hpp (plain loops merged over dims; also int32)
+//   copy_strided, add_strided, write_strided  kernels/strided.hpp (plain loops merged over dims; also int32)
 //   uniform_at                           one function (kernels/dispatch.cpp)
 //
 // Run-time settings (instruction set, threads, cache sizes): kernels/runtime.hpp.
@@ -89,6 +89,10 @@ void copy_strided(int ndim, const int64_t* shape, const T* x, const int64_t* x_s
 // The adjoint of copy_strided: x_grad (strided) += y_grad (contiguous).
 template <class T>
 void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64_t* dx_strides);
+// The inverse of copy_strided: y (strided) = x (contiguous), e.g. a slice's gradient written into its
+// place in a gradient buffer that nothing else has written.
+template <class T>
+void write_strided(int ndim, const int64_t* shape, const T* x, T* y, const int64_t* y_strides);
 
 // ---------------------------------------------------------------------------------------------
 // Random numbers (a counter-based generator, so results do not depend on thread count).

@@ -1,8 +1,8 @@
 // Strided copies between an nd view and a contiguous buffer (contiguous(), permute and narrow
 // backwards), written for speed without SIMD types: dimensions that are laid out back to back are
 // merged first (kernels/nd_index.hpp), then the innermost run is a tight loop (a memcpy when it is
-// unit-stride); large copies split across the threads.
-// Same contracts as copy_strided / add_strided in kernels.hpp; the scalar reference stays the oracle.
+// unit-stride); large copies split across the threads. Same contracts as copy_strided, add_strided
+// and write_strided in kernels.hpp; the scalar reference stays the oracle.
 #pragma once
 
 #include <omp.h>
@@ -74,6 +74,17 @@ void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64
       for (int64_t i = 0; i < len; ++i) d[i] += g[i];
     } else {
       for (int64_t i = 0; i < len; ++i) d[i * inner] += g[i];
+    }
+  });
+}
+
+template <class T>
+void write_strided(int ndim, const int64_t* shape, const T* x, T* y, const int64_t* ys) {
+  for_each_row(ndim, shape, ys, [&](int64_t yo, int64_t xo, int64_t len, int64_t inner) {
+    if (inner == 1) {
+      std::memcpy(y + yo, x + xo, size_t(len) * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < len; ++i) y[yo + i * inner] = x[xo + i];
     }
   });
 }

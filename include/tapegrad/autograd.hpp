@@ -132,8 +132,13 @@ class TapeObserver {
   virtual void before_backward(const Tape& tape, size_t index, const Tensor& grad_output) {
     (void)tape, (void)index, (void)grad_output;
   }
-  /// Entry `index`'s closure has run: its inputs' gradients hold its contribution.
+  /// Entry `index`'s closure has run: its inputs' gradients hold its contribution, or part of it is
+  /// held back to be written together with its siblings' (the slices of a tensor narrowed once per
+  /// time step, the rows of small products that share an operand) before that gradient is read.
   virtual void after_backward(const Tape& tape, size_t index) { (void)tape, (void)index; }
+  /// The held-back gradient work that entry `index`'s closure began (and later entries joined) has
+  /// just been written, between two entries' closures or at the end of the walk. For timing it.
+  virtual void deferred_settled(const Tape& tape, size_t index) { (void)tape, (void)index; }
 };
 
 /// Makes `observer` watch this thread's tapes for this scope (observers nest; all active ones run).

@@ -109,6 +109,8 @@ class OpProfile : public TapeObserver {
   void recorded(const Tape& tape, size_t index) override;
   void before_backward(const Tape& tape, size_t index, const Tensor& grad_output) override;
   void after_backward(const Tape& tape, size_t index) override;
+  /// Charges the held-back gradient work to the op whose entry began it.
+  void deferred_settled(const Tape& tape, size_t index) override;
   /// Starts a step's forward clock (time before an op is charged to that op otherwise).
   void start_step() { last_ = Clock::now(); }
   /// The totals, indexed by OpKind.

@@ -175,6 +175,11 @@ void add_strided(int ndim, const int64_t* shape, const T* dy, T* dx, const int64
 }
 
 template <class T>
+void write_strided(int ndim, const int64_t* shape, const T* x, T* y, const int64_t* ys) {
+  nd::for_each_index(ndim, shape, 1, &ys, [&](int64_t i, const int64_t* o) { y[o[0]] = x[i]; });
+}
+
+template <class T>
 void fill(int64_t n, T value, T* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = value;
 }

@@ -245,6 +245,14 @@ void OpProfile::after_backward(const Tape& tape, size_t index) {
   backward_start_ = last_ = now;
 }
 
+// Settling runs between closures, after some entry's after_backward restarted the clock.
+void OpProfile::deferred_settled(const Tape& tape, size_t index) {
+  const auto now = Clock::now();
+  rows_[size_t(tape.entries()[index].op)].backward_s +=
+      std::chrono::duration<double>(now - backward_start_).count();
+  backward_start_ = last_ = now;
+}
+
 // ---- AnomalyMode ----------------------------------------------------------------------------------
 
 AnomalyMode::AnomalyMode() : scope_(*this) {}

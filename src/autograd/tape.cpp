@@ -28,7 +28,48 @@ thread_local std::vector<std::function<void()>> t_backward_end;  // at_backward_
 thread_local const Tape* t_walking = nullptr;  // the tape the running reverse walk visits (null outside one)
 thread_local bool t_create_graph = false;      // the running walk records the backward (create_graph)
 thread_local const char* t_running = "";       // the entry whose closure is running, for error messages
+
+// The running walk's deferred gradient parts (detail::deferred_grad), in the order first asked for.
+// Each remembers the entry whose closure asked first, so observers can charge the settling to it.
+struct DeferredSlot {
+  const TensorImpl* tensor;
+  const void* tag;
+  int64_t sub;
+  std::unique_ptr<detail::DeferredGrad> part;
+  const Tape* tape;
+  size_t entry;
+};
+thread_local std::vector<DeferredSlot> t_deferred;
+thread_local const Tape* t_entry_tape = nullptr;  // the entry whose closure is running
+thread_local size_t t_entry_index = 0;
+
+// Settles and drops, first asked first, the deferred parts of `tensor`, or with a null tensor those
+// that entries of `tape` asked for.
+void settle_deferred(const TensorImpl* tensor, const Tape* tape = nullptr) {
+  for (size_t i = 0; i < t_deferred.size();) {
+    if (tensor ? t_deferred[i].tensor != tensor : t_deferred[i].tape != tape) {
+      ++i;
+      continue;
+    }
+    // Taken out before settling: a settle that throws leaves no half-settled part behind.
+    const DeferredSlot slot = std::move(t_deferred[i]);
+    t_deferred.erase(t_deferred.begin() + std::ptrdiff_t(i));
+    slot.part->settle();
+    for (TapeObserver* o : t_observers) o->deferred_settled(*slot.tape, slot.entry);
+  }
+}
 }  // namespace
+
+namespace detail {
+DeferredGrad* deferred_grad(const Tensor& t, const void* tag, int64_t sub,
+                            const std::function<std::unique_ptr<DeferredGrad>()>& make) {
+  if (!t_walking || t_create_graph || t.is_leaf()) return nullptr;
+  for (DeferredSlot& s : t_deferred)
+    if (s.tensor == t.impl() && s.tag == tag && s.sub == sub) return s.part.get();
+  t_deferred.push_back({t.impl(), tag, sub, make(), t_entry_tape, t_entry_index});
+  return t_deferred.back().part.get();
+}
+}  // namespace detail
 
 bool creating_graph() {
   return t_create_graph;
@@ -270,15 +311,23 @@ Tensor checked_seed(const Tape& tape, const Tensor& output, const Tensor& seed, 
   return Tensor::ones(output.shape(), output.dtype());
 }
 
-// Runs the closures of entries [begin, end) last to first, each whose output has a gradient. Under
-// create_graph a closure records onto this tape, which may move its entries: it runs from a copy.
+// Runs the closures of entries [begin, end) last to first, each whose output has a gradient, then
+// settles what they deferred and nothing settled yet. Under create_graph a closure records onto this
+// tape, which may move its entries: it runs from a copy.
 void run_entries(Tape& tape, size_t begin, size_t end) {
+  struct EntryRestore {  // a closure may walk a tape of its own (checkpoint) and then go on
+    const Tape* tape = t_entry_tape;
+    size_t index = t_entry_index;
+    ~EntryRestore() { t_entry_tape = tape, t_entry_index = index; }
+  } restore;
   for (size_t i = end; i-- > begin;) {
     TapeEntry& e = tape.entries()[i];
     TensorImpl& out = *e.output.impl();
+    if (!t_deferred.empty()) settle_deferred(&out);  // its gradient complete before it is read
     if (!out.grad.defined()) continue;  // not on a path to `output`
     const Tensor dy = out.grad;
     if (!out.retains_grad) out.grad = Tensor();  // intermediate gradients die as soon as they are used
+    t_entry_tape = &tape, t_entry_index = i;
     if (!t_create_graph && t_observers.empty()) {
       e.backward(dy);
       continue;
@@ -295,6 +344,7 @@ void run_entries(Tape& tape, size_t begin, size_t end) {
     for (TapeObserver* o : t_observers) o->after_backward(tape, i);
     t_running = outer_running;
   }
+  if (!t_deferred.empty()) settle_deferred(nullptr, &tape);  // tensors produced outside [begin, end)
 }
 
 // The walk over the current tape: seeds each output's gradient, runs every entry, then the closures
@@ -322,10 +372,13 @@ void walk(const std::vector<Tensor>& outputs, const std::vector<Tensor>& seeds,
     bool outer_create = t_create_graph;
     const char* outer_running = t_running;
     std::vector<std::function<void()>> outer_queue = std::move(t_backward_end);
-    State(const Tape& t, bool create) { t_walking = &t, t_create_graph = create, t_backward_end.clear(); }
+    std::vector<DeferredSlot> outer_deferred = std::move(t_deferred);
+    State(const Tape& t, bool create) {
+      t_walking = &t, t_create_graph = create, t_backward_end.clear(), t_deferred.clear();
+    }
     ~State() {
       t_walking = outer_tape, t_create_graph = outer_create, t_running = outer_running;
-      t_backward_end = std::move(outer_queue);
+      t_backward_end = std::move(outer_queue), t_deferred = std::move(outer_deferred);
     }
   } state(tape, options.create_graph);
   for (size_t k = 0; k < outputs.size(); ++k)

@@ -116,6 +116,53 @@ void matmul_into(const MatrixOperand& A, const MatrixOperand& B, const Tensor& o
   (void)M;
 }
 
+// dB for the many products of a few rows each that share B [Bt, K, N] within one backward (an
+// attention RNN's context weights [Bt, 1, S] x the encoder states [Bt, S, H], once per decoder step).
+// Each product alone adds A[b]^T dC[b], a rank-M update that reads and writes all of dB; here their
+// rows wait and are summed as one batched GEMM of depth R (all rows so far): dB[b] += As[b]^T Cs[b]
+// with As [R, Bt, K] and Cs [R, Bt, N] stacked row by row. Same sum, other order. At most
+// kStackedRows rows wait at a time (then they are summed and the stack starts again).
+constexpr int64_t kStackedRowsBelow = 16;  // products of fewer rows than this (per batch matrix) wait
+constexpr int64_t kStackedRows = 256;
+
+struct StackedRowsGrad : detail::DeferredGrad {
+  Tensor b;
+  std::vector<std::pair<Tensor, Tensor>> uses;  // A [Bt, M, K] (any strides), dC [Bt, M, N] (contiguous)
+  int64_t rows = 0;
+  explicit StackedRowsGrad(Tensor b_) : b(std::move(b_)) {}
+
+  void add(const Tensor& a, const Tensor& dc) {
+    uses.emplace_back(a, dc.is_contiguous() ? dc : dc.clone());
+    if ((rows += a.size(1)) >= kStackedRows) settle();
+  }
+  void settle() override {
+    if (uses.empty()) return;
+    visit_float(b.dtype(), "backward", [&]<class T>() { sum_uses<T>(); });
+    uses.clear(), rows = 0;
+  }
+  template <class T>
+  void sum_uses() {
+    const int64_t Bt = b.size(0), K = b.size(1), N = b.size(2);
+    const Tensor as = Tensor::empty({rows, Bt, K}, b.dtype()), cs = Tensor::empty({rows, Bt, N}, b.dtype());
+    int64_t r = 0;
+    for (const std::pair<Tensor, Tensor>& use : uses) {  // [Bt, M, *] into rows [r, r + M) of [R, Bt, *]
+      const Tensor &a = use.first, &dc = use.second;
+      const int64_t M = a.size(1);
+      const int64_t a_shape[] = {M, Bt, K}, a_strides[] = {a.strides()[1], a.strides()[0], a.strides()[2]};
+      const int64_t c_shape[] = {M, Bt, N}, c_strides[] = {N, M * N, 1};
+      kernels::copy_strided<T>(3, a_shape, a.data<T>(), a_strides, as.data<T>() + r * Bt * K);
+      kernels::copy_strided<T>(3, c_shape, dc.data<T>(), c_strides, cs.data<T>() + r * Bt * N);
+      r += M;
+    }
+    bool fresh = false;
+    Tensor db = grad_buffer(b, &fresh);
+    const int64_t batch[] = {Bt}, sa[] = {K}, sc[] = {N}, sd[] = {K * N};
+    kernels::gemm_nd_batched<T>(1, batch, true, false, K, N, rows, T(1), as.data<T>(), Bt * K, sa,
+                                cs.data<T>(), Bt * N, sc, fresh ? T(0) : T(1), db.data<T>(), N, sd);
+  }
+};
+const char kStackedRowsTag = 0;  // StackedRowsGrad's tag for detail::deferred_grad
+
 // Writes or adds dA = dC @ B^T and dB = A^T @ dC for C = A @ B (A, B of at least 2 dims).
 template <class T>
 void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc) {
@@ -130,6 +177,14 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc) {
                        bt.ld, fresh ? T(0) : T(1), da.data<T>(), bt.cols);
     } else {
       matmul_into<T>(dC, transposed(B), da, !fresh);
+    }
+  }
+  if (b.requires_grad() && a.ndim() == 3 && b.ndim() == 3 && a.size(0) == b.size(0) &&
+      a.size(1) < kStackedRowsBelow) {
+    if (detail::DeferredGrad* part = detail::deferred_grad(
+            b, &kStackedRowsTag, 0, [&] { return std::make_unique<StackedRowsGrad>(b); })) {
+      static_cast<StackedRowsGrad*>(part)->add(a, dc);
+      return;
     }
   }
   if (b.requires_grad()) {

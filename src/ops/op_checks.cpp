@@ -79,6 +79,16 @@ std::vector<OpCheck> build() {
           [](Inputs x) { return matmul(x[0], x[1]); });
   add_row("matmul_batched", "[2,3,4]@[2,5,4]^T", {in({2, 3, 4}), in({2, 5, 4})},
           [](Inputs x) { return matmul(x[0], transpose(x[1], 1, 2)); });
+  // Products of a few rows sharing a computed operand sum its gradient as one GEMM (StackedRowsGrad in
+  // matmul.cpp): an attention RNN's context at every decoder step, and a product of 2 rows.
+  add_row("matmul_stacked", "[2,1,3] steps @ tanh([2,3,4]), and [2,2,3] @ it", {in({2, 6, 3}), in({2, 3, 4})},
+          [](Inputs x) {
+            const Tensor keys = tanh(x[1]);
+            std::vector<Tensor> steps;
+            for (int t = 0; t < 4; ++t) steps.push_back(matmul(narrow(x[0], 1, t, 1), keys));
+            steps.push_back(matmul(narrow(x[0], 1, 4, 2), keys));
+            return concat(steps, 1);
+          });
   add_row("linear", "[2,3,4]W[5,4]b[5]", {in({2, 3, 4}), in({5, 4}), in({5})},
           [](Inputs x) { return linear(x[0], x[1], x[2]); });
   add_row("linear", "[1,3]W[1,3]", {in({1, 3}), in({1, 3})}, [](Inputs x) { return linear(x[0], x[1]); });
@@ -105,6 +115,25 @@ std::vector<OpCheck> build() {
   add_row("concat", "[1,3]|[17,3] axis 0", {in({1, 3}), in({17, 3})}, [](Inputs x) { return concat({x[0], x[1]}, 0); });
   add_row("narrow", "[5,4] axis 0 [1,4)", {in({5, 4})}, [](Inputs x) { return narrow(x[0], 0, 1, 3); });
   add_row("narrow", "[3,17] axis -1 [16,17)", {in({3, 17})}, [](Inputs x) { return narrow(x[0], -1, 16, 1); });
+  // Slices of a computed tensor wait and are written together (NarrowedGrad in shape.cpp): slices
+  // that tile the axis are copied into a new buffer; gaps, overlaps or an earlier gradient are added.
+  add_row("narrow_slices", "tanh([2,4,3]) at every step of axis 1, out of order", {in({2, 4, 3})}, [](Inputs x) {
+    const Tensor y = tanh(x[0]);
+    Tensor out = narrow(y, 1, 2, 1);
+    for (int t : {0, 3, 1}) out = add(out, mul(narrow(y, 1, t, 1), double(t + 2)));
+    return out;
+  });
+  add_row("narrow_slices", "tanh([2,5,3]): overlapping slices, a gap, y used whole too", {in({2, 5, 3})},
+          [](Inputs x) {
+            const Tensor y = tanh(x[0]);
+            const Tensor slices = mul(narrow(y, 1, 0, 2), add(narrow(y, 1, 1, 2), 1.0));  // column 3, 4: none
+            return add(slices, sum(mul(y, y), 1, true));
+          });
+  add_row("narrow_slices", "tanh([2,3,3]): slices that tile axis 1, y used whole too", {in({2, 3, 3})},
+          [](Inputs x) {
+            const Tensor y = tanh(x[0]);
+            return add(mul(narrow(y, 1, 0, 2), 2.0), add(narrow(y, 1, 2, 1), sum(mul(y, y), 1, true)));
+          });
   add_row("stack", "3x[2,3] axis 1", {in({2, 3}), in({2, 3}), in({2, 3})},
           [](Inputs x) { return stack({x[0], x[1], x[2]}, 1); });
 

@@ -21,6 +21,42 @@ void copy_blocks(const Tensor& src, const Tensor& dst, int64_t rows, int64_t blo
     std::memcpy(d + r * dst_stride * es, s + r * src_stride * es, size_t(block * es));
 }
 
+// The gradient of a tensor narrowed along `axis` several times (an RNN's input projection [B, T, G*H]
+// once per time step, fused Q, K, V projections once per part): each narrow's dy waits here, and the
+// walk writes them all at once. When the slices tile the axis exactly and the tensor has no gradient
+// yet, each is copied into its place in a new buffer; otherwise (gaps, overlaps, an earlier gradient)
+// they are added into the zero-filled or existing one, as each narrow would have done alone.
+struct NarrowedGrad : detail::DeferredGrad {
+  Tensor base;
+  int axis;
+  std::vector<std::pair<int64_t, Tensor>> slices;  // start along the axis, dy (contiguous)
+  NarrowedGrad(Tensor b, int ax) : base(std::move(b)), axis(ax) {}
+
+  void settle() override {
+    std::stable_sort(slices.begin(), slices.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    int64_t covered = 0;
+    bool tiles = true;
+    for (const auto& [start, dy] : slices) tiles &= start == covered, covered += dy.shape()[axis];
+    tiles &= covered == base.shape()[axis] && !base.impl()->grad.defined();
+    const Shape cs = contiguous_strides(base.shape());
+    visit_float(base.dtype(), "backward", [&]<class T>() {
+      Tensor g = tiles ? Tensor::empty(base.shape(), base.dtype()) : grad_buffer_zeroed(base);
+      for (const std::pair<int64_t, Tensor>& slice : slices) {
+        const Tensor& dy = slice.second;
+        T* place = g.data<T>() + slice.first * cs[axis];
+        if (tiles)
+          kernels::write_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), place, cs.data());
+        else
+          kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), place, cs.data());
+      }
+      if (tiles) accumulate_grad(base, g);  // adopts g: the base had no gradient
+    });
+    slices.clear();
+  }
+};
+const char kNarrowTag = 0;  // NarrowedGrad's tag for detail::deferred_grad (sub: the axis)
+
 // Strides that view a tensor of (shape, strides) as `target` without moving data, or false when the
 // reshape needs a copy. Dimensions may be split and merged only where the old layout keeps them
 // evenly strided (PyTorch's view rule): e.g. [B,1,C] -> [B,C] of a narrowed time step is a view.
@@ -192,6 +228,11 @@ Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
         parts.push_back(dy);
         zeros(a.shape()[ax] - start - dy.shape()[ax]);
         return accumulate_grad(a, parts.size() == 1 ? dy : concat(parts, ax));
+      }
+      if (detail::DeferredGrad* part = detail::deferred_grad(
+              a, &kNarrowTag, ax, [&] { return std::make_unique<NarrowedGrad>(a, ax); })) {
+        static_cast<NarrowedGrad*>(part)->slices.emplace_back(start, dy.is_contiguous() ? dy : dy.clone());
+        return;
       }
       Tensor da = grad_buffer_zeroed(a);
       const Shape cs = contiguous_strides(a.shape());

@@ -253,3 +253,54 @@ TEST_CASE("record_custom refuses a nameless op and an output that already requir
   CHECK_THROWS_WITH(record_custom("twice", {x}, x, noop), Catch::Contains("already requires grad"));
   backward(sum(recorded));  // frees the tape this test wrote
 }
+
+TEST_CASE("deferred gradient parts are settled before the producer's backward and charged to their op",
+          "[autograd][grad-writing]") {
+  // y = tanh(x) narrowed at each of 3 steps: the slices' gradients wait (src/ops/shape.cpp) and are
+  // written just before tanh's closure reads y's gradient. An observer sees, for each entry, whether
+  // its output's gradient was already there (tanh: yes, complete), and which entry the settling was
+  // charged to (the first narrow to run, i.e. the last recorded). A leaf narrowed the same way is
+  // never deferred: its gradient holds the slice as soon as that narrow's closure has run.
+  struct Watch : TapeObserver {
+    std::vector<std::pair<OpKind, std::vector<double>>> seen;  // op, its output's gradient on entry
+    std::vector<size_t> settled;
+    void before_backward(const Tape& tape, size_t index, const Tensor& dy) override {
+      seen.emplace_back(tape.entries()[index].op, dy.to_vector());
+    }
+    void deferred_settled(const Tape&, size_t index) override { settled.push_back(index); }
+  } watch;
+  Tape tape;
+  TapeScope scope(tape);
+  ObserveScope observe(watch);
+  Tensor x = param({0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, {2, 3}), w = param({1, 2}, {2, 1});
+  const Tensor y = tanh(x);
+  Tensor loss = Tensor::zeros({}, DType::f64);
+  for (int t = 0; t < 3; ++t) loss = add(loss, mul(sum(mul(narrow(y, 1, t, 1), w)), double(t + 1)));
+  const size_t last_narrow = [&] {
+    size_t last = 0;
+    for (size_t i = 0; i < tape.size(); ++i)
+      if (tape.entries()[i].op == OpKind::narrow) last = i;
+    return last;
+  }();
+  backward(loss);
+  REQUIRE(watch.settled == std::vector<size_t>{last_narrow});
+  REQUIRE(watch.seen.back().first == OpKind::tanh);
+  // d loss / d y[b, t] = (t + 1) * w[b]
+  CHECK(watch.seen.back().second == std::vector<double>{1, 2, 3, 2, 4, 6});
+
+  Tensor leaf = param({1, 2, 3, 4}, {1, 4});
+  struct LeafWatch : TapeObserver {
+    Tensor leaf;
+    std::vector<double> after_first;
+    void after_backward(const Tape& tape, size_t index) override {
+      if (tape.entries()[index].op == OpKind::narrow && after_first.empty()) after_first = leaf.grad().to_vector();
+    }
+  } leaf_watch;
+  leaf_watch.leaf = leaf;
+  ObserveScope observe_leaf(leaf_watch);
+  const Tensor front = sum(narrow(leaf, 1, 0, 2));
+  const Tensor back = sum(mul(narrow(leaf, 1, 2, 2), 3.0));
+  backward(add(front, back));
+  CHECK(leaf_watch.after_first == std::vector<double>{0, 0, 3, 3});  // the last narrow runs first
+  CHECK(leaf.grad().to_vector() == std::vector<double>{1, 1, 3, 3});
+}

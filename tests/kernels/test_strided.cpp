@@ -1,6 +1,6 @@
-// Strided copies (contiguous(), permute and narrow backwards): copy_strided and add_strided against
-// the scalar reference, bitwise, on views small enough for one thread and large enough to split
-// across two (by outer index, or into pieces of a single long run), with awkward extents.
+// Strided copies (contiguous(), permute and narrow backwards): copy_strided, add_strided and
+// write_strided against the scalar reference, bitwise, on views small enough for one thread and large
+// enough to split across two (by outer index, or into pieces of a single long run), with awkward extents.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -48,7 +48,8 @@ View make_view(const std::vector<int64_t>& base, const std::vector<int64_t>& nar
 
 }  // namespace
 
-TEST_CASE("copy_strided and add_strided match the reference at 1 and 2 threads", "[kernels][strided]") {
+TEST_CASE("copy_strided, add_strided and write_strided match the reference at 1 and 2 threads",
+          "[kernels][strided]") {
   ThreadGuard guard;
   // base buffer, the narrowed view of it, the permutation: [B,T,3C] -> q part -> [B,H,T,d]-like
   // views (large: 2 x 64 x 33 x 3 x 97), one long run (a contiguous 300k copy), a single row
@@ -70,21 +71,26 @@ TEST_CASE("copy_strided and add_strided match the reference at 1 and 2 threads",
     int64_t n = 1;
     for (int64_t e : v.shape) n *= e;
     const std::vector<float> buffer = random_floats(size_t(v.span), 3), grad = random_floats(size_t(n), 4);
-    std::vector<float> want_copy(static_cast<size_t>(n)), want_add = buffer;
+    std::vector<float> want_copy(static_cast<size_t>(n)), want_add = buffer, want_write = buffer;
     ref::copy_strided<float>(int(v.shape.size()), v.shape.data(), buffer.data() + v.offset, v.strides.data(),
                              want_copy.data());
     ref::add_strided<float>(int(v.shape.size()), v.shape.data(), grad.data(), want_add.data() + v.offset,
                             v.strides.data());
+    ref::write_strided<float>(int(v.shape.size()), v.shape.data(), grad.data(), want_write.data() + v.offset,
+                              v.strides.data());
     for (int threads : {1, 2}) {
       k::set_num_threads(threads);
       CAPTURE(c.base, c.narrow_to, threads);
-      std::vector<float> got_copy(size_t(n), -7.0f), got_add = buffer;
+      std::vector<float> got_copy(size_t(n), -7.0f), got_add = buffer, got_write = buffer;
       k::copy_strided<float>(int(v.shape.size()), v.shape.data(), buffer.data() + v.offset, v.strides.data(),
                              got_copy.data());
       k::add_strided<float>(int(v.shape.size()), v.shape.data(), grad.data(), got_add.data() + v.offset,
                             v.strides.data());
+      k::write_strided<float>(int(v.shape.size()), v.shape.data(), grad.data(), got_write.data() + v.offset,
+                              v.strides.data());
       CHECK(got_copy == want_copy);
       CHECK(got_add == want_add);
+      CHECK(got_write == want_write);  // the view's elements replaced, the rest of the buffer untouched
     }
   }
 }
