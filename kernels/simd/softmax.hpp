@@ -398,6 +398,79 @@ void softmax_plain_rows(int64_t r0, int64_t r1, int64_t cols, const float* x, fl
   if constexpr (Stream) _mm_sfence();  // streamed lines visible before the team's barrier
 }
 
+// Short rows with scale, mask or causal rule (attention's T x T weights at T up to 4 vectors: 64 floats
+// on AVX-512), two rows at a time held in registers: s = scale * x + mask, masked lanes (causal or
+// past the row) -inf, then max, exp, sum and normalise without touching memory in between. A row's
+// passes are a chain of dependent reductions as long as its arithmetic; two rows' chains side by side
+// let the core overlap them (causal rows of 64 through softmax_row: 2.6 ns a float on Zen 5).
+template <class Arch, int NV>
+struct ShortRows {
+  using B = Batch<Arch>;
+  static constexpr int64_t W = B::size;
+
+  // Row r of x into v[0..NV): scaled, masked, -inf at columns >= active.
+  static TG_INLINE void load(const float* x, const float* mask, float scale, int64_t active, int64_t cols,
+                             B* v) {
+    alignas(64) static constexpr float kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const B lane = B::load_aligned(kLane);  // column numbers, exact as floats
+    for (int j = 0; j < NV; ++j) {
+      const int64_t c = j * W, n = std::min<int64_t>(W, cols - c);
+      B s = n == W ? B::load_unaligned(x + c) : load_tail<Arch>(x + c, n, 0.0f);
+      if (mask)
+        s = xsimd::fma(B(scale), s,
+                       n == W ? B::load_unaligned(mask + c) : load_tail<Arch>(mask + c, n, 0.0f));
+      else
+        s = B(scale) * s;
+      v[j] = xsimd::select(lane + B(float(c)) >= B(float(active)), B(-kInf), s);
+    }
+  }
+  // v -= max (the row's shift), or false for a row with every column masked.
+  static TG_INLINE bool shift(B* v) {
+    B m = v[0];
+    for (int j = 1; j < NV; ++j) m = xsimd::max(m, v[j]);
+    const float mx = hmax<Arch>(m);
+    if (mx == -kInf) return false;
+    for (int j = 0; j < NV; ++j) v[j] = v[j] - B(mx);
+    return true;
+  }
+  static TG_INLINE void normalise_store(B* v, int64_t cols, float* y) {
+    B t = v[0];
+    for (int j = 1; j < NV; ++j) t = t + v[j];
+    const B k(1.0f / hsum<Arch>(t));
+    for (int j = 0; j < NV; ++j) {
+      const int64_t c = j * W, n = std::min<int64_t>(W, cols - c);
+      if (n == W)
+        (v[j] * k).store_unaligned(y + c);
+      else
+        store_tail<Arch>(y + c, n, v[j] * k);
+    }
+  }
+  static TG_INLINE void zeros(int64_t cols, float* y) { std::memset(y, 0, sizeof(float) * size_t(cols)); }
+
+  template <class Active>
+  static void rows(int64_t r0, int64_t r1, int64_t cols, const float* x, const float* mask, int64_t mask_rows,
+                   float scale, Active active, float* y) {
+    auto mask_row = [&](int64_t r) { return mask ? mask + (r % mask_rows) * cols : nullptr; };
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) {
+      B v[2 * NV];
+      load(x + r * cols, mask_row(r), scale, active(r), cols, v);
+      load(x + (r + 1) * cols, mask_row(r + 1), scale, active(r + 1), cols, v + NV);
+      const bool live0 = shift(v), live1 = shift(v + NV);
+      exp_nonpositive_n<Arch, true, 2 * NV>(v);  // -inf lanes give exactly 0
+      live0 ? normalise_store(v, cols, y + r * cols) : zeros(cols, y + r * cols);
+      live1 ? normalise_store(v + NV, cols, y + (r + 1) * cols) : zeros(cols, y + (r + 1) * cols);
+    }
+    if (r < r1) {
+      B v[NV];
+      load(x + r * cols, mask_row(r), scale, active(r), cols, v);
+      const bool live = shift(v);
+      exp_nonpositive_n<Arch, true, NV>(v);
+      live ? normalise_store(v, cols, y + r * cols) : zeros(cols, y + r * cols);
+    }
+  }
+};
+
 template <class Arch>
 void softmax_f32(int64_t rows, int64_t cols, const float* x, float* y, const SoftmaxOptions& o) {
   if (rows <= 0 || cols <= 0) return;
@@ -417,13 +490,31 @@ void softmax_f32(int64_t rows, int64_t cols, const float* x, float* y, const Sof
       }
       return;
     }
+    // causal: column c is masked when c > (r % period) + offset, i.e. the first (r % period) +
+    // offset + 1 columns stay.
+    auto active = [&](int64_t r) {
+      return o.causal ? std::clamp<int64_t>((r % period) + o.causal_offset + 1, 0, cols) : cols;
+    };
+    constexpr int64_t W = Batch<Arch>::size;
+    if (cols <= 4 * W) {
+      const int nv = int((cols + W - 1) / W);
+      auto run = [&]<int NV>() {
+        ShortRows<Arch, NV>::rows(r0, r1, cols, x, mask, o.mask_rows, scale, active, y);
+      };
+      if (nv == 1)
+        run.template operator()<1>();
+      else if (nv == 2)
+        run.template operator()<2>();
+      else if (nv == 3)
+        run.template operator()<3>();
+      else
+        run.template operator()<4>();
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
-      // causal: column c is masked when c > (r % period) + offset, i.e. the first (r % period) +
-      // offset + 1 columns stay.
-      int64_t active = cols;
-      if (o.causal) active = std::clamp<int64_t>((r % period) + o.causal_offset + 1, 0, cols);
-      softmax_row<Arch>(x + r * cols, mask ? mask + (r % o.mask_rows) * cols : nullptr, scale, plain, active,
-                        cols, y + r * cols);
+      const int64_t active_cols = active(r);
+      softmax_row<Arch>(x + r * cols, mask ? mask + (r % o.mask_rows) * cols : nullptr, scale, plain,
+                        active_cols, cols, y + r * cols);
     }
   });
 }
