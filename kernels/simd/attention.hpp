@@ -5,8 +5,8 @@
 // [B, S, A] block. As a chain of elementwise kernels that is five passes over the block forward and
 // eight backward (add, tanh, mul, sum; again add, tanh, mul, fill, tanh', copy, sum); here each
 // (b, s) row of A values is one pass that keeps everything in registers, so the block is read once
-// and, backward, dkeys written once. tanh is recomputed backward rather than kept: keeping it would
-// cost B*S*A floats per decoder step for the whole backward pass.
+// and, backward, dkeys written once. tanh (math.hpp) is recomputed backward rather than kept: keeping
+// it would cost B*S*A floats per decoder step for the whole backward pass.
 // Work splits over b. Backward, each b's share of dv goes to its own row and the rows are added in b
 // order afterwards, so no result depends on the thread count.
 #pragma once
@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/simd/common.hpp"
+#include "kernels/simd/math.hpp"
 
 TG_SIMD_SILENCE_GCC_PR105593_BEGIN
 
@@ -28,14 +29,14 @@ TG_INLINE float additive_score_row(int64_t n, const float* k, const float* q, co
   B acc0(0.0f), acc1(0.0f);
   int64_t c = 0;
   for (; c + 2 * W <= n; c += 2 * W) {
-    const B t0 = xsimd::tanh(B::load_unaligned(k + c) + B::load_unaligned(q + c));
-    const B t1 = xsimd::tanh(B::load_unaligned(k + c + W) + B::load_unaligned(q + c + W));
+    const B t0 = tanh<Arch>(B::load_unaligned(k + c) + B::load_unaligned(q + c));
+    const B t1 = tanh<Arch>(B::load_unaligned(k + c + W) + B::load_unaligned(q + c + W));
     acc0 = xsimd::fma(B::load_unaligned(v + c), t0, acc0);
     acc1 = xsimd::fma(B::load_unaligned(v + c + W), t1, acc1);
   }
   for (; c < n; c += W) {  // the padding of a tail is 0 in k, q and v: tanh(0) * 0 adds nothing
     const int64_t m = std::min<int64_t>(W, n - c);
-    const B t = xsimd::tanh(load_tail<Arch>(k + c, m, 0.0f) + load_tail<Arch>(q + c, m, 0.0f));
+    const B t = tanh<Arch>(load_tail<Arch>(k + c, m, 0.0f) + load_tail<Arch>(q + c, m, 0.0f));
     acc0 = xsimd::fma(load_tail<Arch>(v + c, m, 0.0f), t, acc0);
   }
   return hsum<Arch>(acc0 + acc1);
@@ -71,7 +72,7 @@ TG_INLINE void additive_score_row_backward(int64_t n, const float* k, const floa
       else
         store_tail<Arch>(p + c, m, load_tail<Arch>(p + c, m, 0.0f) + x);
     };
-    const B t = xsimd::tanh(load(k) + load(q));
+    const B t = tanh<Arch>(load(k) + load(q));
     if (dv) add_to(dv, dsb * t);
     if (dk || dq) {
       const B gv = dsb * load(v);

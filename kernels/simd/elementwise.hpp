@@ -130,7 +130,7 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
         map([](B v) { return xsimd::abs(v); });
         break;
       case Unary::tanh:
-        map([](B v) { return xsimd::tanh(v); });
+        map([](B v) { return tanh<Arch>(v); });
         break;
       case Unary::sigmoid:
         map([](B v) { return sigmoid<Arch>(v); });

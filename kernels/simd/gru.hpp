@@ -62,7 +62,7 @@ void gru_cell_f32(int64_t B, int64_t H, const float* xp, int64_t xs, const float
     gru_gate_inputs(b0, b1, H, xp, xs, hp, hs, rz);
     map1<Arch>(b0 * 2 * H, b1 * 2 * H, rz, rz, [](V v) { return sigmoid<Arch>(v); });
     gru_candidate_inputs(b0, b1, H, xp, xs, hp, hs, rz, n);
-    map1<Arch>(b0 * H, b1 * H, n, n, [](V v) { return xsimd::tanh(v); });
+    map1<Arch>(b0 * H, b1 * H, n, n, [](V v) { return tanh<Arch>(v); });
     gru_blend(b0, b1, H, rz, n, h, y);
   });
 }

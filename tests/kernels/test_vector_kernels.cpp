@@ -326,6 +326,38 @@ TEST_CASE("gelu_tanh against double: error bound, saturation, underflow, special
   });
 }
 
+// tanh against double over a dense grid of [-10, 10], where the kernel switches from its series
+// (|x| < 0.3) to (1 - e) / (1 + e), and saturates; plus special values. Stated bound (math.hpp):
+// within 2 eps of |tanh(x)|, and exactly +-1 past saturation, +-0 at +-0, NaN for NaN.
+TEST_CASE("tanh against double: error bound across the series/exp switch, saturation, specials",
+          "[kernels][elementwise]") {
+  std::vector<float> x;
+  for (double v = -10; v <= 10; v += 0.000131) x.push_back(float(v));
+  for (float v : {0.3f, -0.3f, std::nextafter(0.3f, 0.0f), 1e-30f, -1e-30f, 1e-40f, 30.0f, -30.0f})
+    x.push_back(v);
+  const size_t finite = x.size();
+  for (float v : {kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f}) x.push_back(v);
+  for_each_isa(GENERATE(1, 2), [&](const std::string&) {
+    std::vector<float> y(x.size());
+    k::unary<float>(k::Unary::tanh, int64_t(x.size()), x.data(), y.data());
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < finite; ++i) {
+      const double want = std::tanh(double(x[i])), err = std::abs(double(y[i]) - want);
+      const double r = err == 0 ? 0 : err / (2 * kEps * std::abs(want));  // NaN fails below
+      if (!(r <= worst)) worst = r, at = i;
+    }
+    INFO("worst " << worst << "x the bound at x = " << x[at] << " (got " << y[at] << ")");
+    CHECK(worst <= 1.0);
+    const size_t s = finite;
+    CHECK(y[s] == 1.0f);
+    CHECK(y[s + 1] == -1.0f);
+    CHECK(std::isnan(y[s + 2]));
+    CHECK((y[s + 3] == 0.0f && !std::signbit(y[s + 3])));
+    CHECK((y[s + 4] == 0.0f && std::signbit(y[s + 4])));
+  });
+}
+
 // Outputs of at least half the L3 are written with streaming stores (the elementwise kernels' flat
 // blocks, when y is batch-aligned): every op, the same tolerances as above, an odd length so the last
 // block ends in a partial batch, y pre-filled so an element left unwritten shows. A y one float off
