@@ -75,30 +75,34 @@ TG_UNFUSED void gru_put(float* __restrict dst, const float* __restrict src, int6
     for (int64_t i = 0; i < H; ++i) dst[i] += src[i];
 }
 
+// One row's gate gradients into the scratch rows ar, az, an, ah. The pointers are parameters of a
+// function that is not inlined so that their __restrict holds (GCC drops it on local pointers): as
+// locals, the alias checks between nine pointers were given up and the loop ran scalar, and the
+// backward of B 64, H 256 took 37 us on Zen 5 instead of 12.
+TG_UNFUSED __attribute__((noinline)) void gru_backward_row(
+    int64_t H, const float* __restrict r_, const float* __restrict z_, const float* __restrict d,
+    const float* __restrict nb, const float* __restrict hb, const float* __restrict pn, float* __restrict ar,
+    float* __restrict az, float* __restrict an, float* __restrict ah) {
+  for (int64_t i = 0; i < H; ++i) {
+    const float dv = d[i], r = r_[i], z = z_[i], nv = nb[i];
+    const float da_n = dv * (1.0f - z) * (1.0f - nv * nv);
+    an[i] = da_n;
+    ar[i] = da_n * pn[i] * r * (1.0f - r);
+    az[i] = dv * (hb[i] - nv) * z * (1.0f - z);
+    ah[i] = dv * z;
+  }
+}
+
 // Rows [b0, b1) of the backward. Per row the gate gradients go into a scratch row (one branch-free
 // loop) and are then written or added to each wanted output.
 TG_UNFUSED void gru_backward_rows(int64_t b0, int64_t b1, int64_t H, const float* rz, const float* n,
                                   const float* hp, int64_t hs, const float* h, const float* dy,
                                   const GradOutput<float>& dxp, const GradOutput<float>& dhp,
                                   const GradOutput<float>& dh, float* scratch) {
-  float* __restrict ar = scratch;
-  float* __restrict az = ar + H;
-  float* __restrict an = az + H;
-  float* __restrict ah = an + H;
+  float *ar = scratch, *az = ar + H, *an = az + H, *ah = an + H;
   for (int64_t b = b0; b < b1; ++b) {
-    const float* __restrict g = rz + b * 2 * H;
-    const float* __restrict d = dy + b * H;
-    const float* __restrict nb = n + b * H;
-    const float* __restrict hb = h + b * H;
-    const float* __restrict pn = hp + b * hs + 2 * H;
-    for (int64_t i = 0; i < H; ++i) {
-      const float dv = d[i], r = g[i], z = g[H + i], nv = nb[i];
-      const float da_n = dv * (1.0f - z) * (1.0f - nv * nv);
-      an[i] = da_n;
-      ar[i] = da_n * pn[i] * r * (1.0f - r);
-      az[i] = dv * (hb[i] - nv) * z * (1.0f - z);
-      ah[i] = dv * z;
-    }
+    const float* g = rz + b * 2 * H;
+    gru_backward_row(H, g, g + H, dy + b * H, n + b * H, h + b * H, hp + b * hs + 2 * H, ar, az, an, ah);
     const int64_t row = b * 3 * H;
     if (dxp.data) {
       gru_put(dxp.data + row, ar, H, dxp.overwrite);
