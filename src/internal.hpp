@@ -51,8 +51,9 @@ struct DeferredGrad {
 
 // Inside a first-order backward walk: the deferred part of t's gradient of kind (tag, sub), made by
 // `make` on first use; the caller adds its share to it instead of to t's gradient. The walk settles
-// it before anything reads t's gradient: just before the entry that produced t runs, else at the
-// end of the walk (before at_backward_end's work), in the order the parts were first asked for.
+// it before anything reads t's gradient: just before the entry that produced t runs, else once the
+// entries of the tape whose closure asked have all run (before at_backward_end's work), in the
+// order the parts were first asked for.
 // Null (the caller writes its share now) under create_graph, outside a walk, and for a leaf: a
 // parameter's gradient must be complete when its last use has run, since distributed training
 // sends it then.
