@@ -229,16 +229,16 @@ Tensor narrow(const Tensor& a, int axis, int64_t start, int64_t length) {
         zeros(a.shape()[ax] - start - dy.shape()[ax]);
         return accumulate_grad(a, parts.size() == 1 ? dy : concat(parts, ax));
       }
+      // Deferred with the other slices of `a` when the walk allows it, else written now as a lone slice.
+      const Tensor dyc = dy.is_contiguous() ? dy : dy.clone();
       if (detail::DeferredGrad* part = detail::deferred_grad(
               a, &kNarrowTag, ax, [&] { return std::make_unique<NarrowedGrad>(a, ax); })) {
-        static_cast<NarrowedGrad*>(part)->slices.emplace_back(start, dy.is_contiguous() ? dy : dy.clone());
+        static_cast<NarrowedGrad*>(part)->slices.emplace_back(start, dyc);
         return;
       }
-      Tensor da = grad_buffer_zeroed(a);
-      const Shape cs = contiguous_strides(a.shape());
-      visit_float(a.dtype(), "backward", [&]<class T>() {
-        kernels::add_strided<T>(dy.ndim(), dy.shape().data(), dy.data<T>(), da.data<T>() + start * cs[ax], cs.data());
-      });
+      NarrowedGrad lone(a, ax);
+      lone.slices.emplace_back(start, dyc);
+      lone.settle();
     });
   }
   return y;
