@@ -3,11 +3,13 @@
 // The nest, outermost first, for each unit of C (a rectangle of whole tiles; block sizes from
 // gemm_config.hpp):
 //   for each depth block of kc                               (beta applies on the first only)
-//     for each block of nc columns of the unit: pack the B block        (private, L2)
+//     for each block of nc columns of the unit: its B block packed      (private, L2)
 //       for each chunk of rows of the unit                   (transposed A: transposed now, L2)
 //         for each group of MR rows                          (MR x kc of A stays in L1)
 //           for each B micro-panel (NR columns)              (streams from L2)
 //             micro-kernel on one MR x NR tile of C
+// Packing happens on first use where it can (see b_first_use): the first tile to read a panel of
+// row-major B, or of transposed A in panels, packs it as it computes.
 // The micro-kernel broadcasts A (gemm_micro.hpp), so A that is not transposed is read in place, and
 // transposed A is packed a chunk of 48 rows at a time (transposed into rows, or copied into
 // column-major panels of MR rows: see a_in_panels) into a buffer that stays in cache until its
@@ -199,6 +201,35 @@ struct GemmDriver {
     return depth_block(pr.K) * NR * int64_t(sizeof(T)) > cache_info().l1d;
   }
 
+  // Packing on first use. A separate packing pass only moves memory while the FMA units idle: B's
+  // copy was 12% of a 64x256x768 nn product on Zen 5, transposed A's 7% of 256^3 tn, and twice that
+  // share at 2 threads, where each unit packs its own operands for half the work. Instead the first
+  // tile to read a panel reads it where it lies (the kernel loads every element anyway) and stores
+  // what it loaded into the packed panel, which the unit's later tiles read: B's panels in the
+  // unit's first row of tiles, transposed A's in its first column (see a_first_use). Only a B panel
+  // cut by the matrix edge inside a vector is still packed beforehand (the kernel would read past
+  // the edge). Median GFLOP/s, alternating calls, Zen 5: 64x256x768 nn 197 -> 213 at 1 thread, 325
+  // -> 362 at 2; 256^3 tn 234 -> 244 and 344 -> 368; 1024^3 and the 2048 shapes within 2%.
+  // Row-major B that would otherwise be packed whole by its unit.
+  static bool b_first_use(const Problem& pr) { return pr.pack_b() && !pr.b_packed && pr.b_js == 1; }
+
+  // One tile that packs on first use: pack_a (only for column-major A, AK) stores the MR x kb panel
+  // of A it reads (a, lda: transposed A in place) at a_out; pack_b stores the kb x NR panel of B it
+  // reads (b, ldb: B in place) at b_out.
+  template <bool AK>
+  static void first_use_tile(bool pack_a, bool pack_b, int64_t kb, const T* a, int64_t lda, const T* b,
+                             int64_t ldb, T* c, int64_t ldc, T alpha, T beta, int rows, T* a_out, T* b_out) {
+    if constexpr (AK) {
+      if (pack_a && pack_b)
+        return micro_kernel<Arch, T, MR, NV, AK, true, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
+                                                             NR, b_out, a_out);
+      if (pack_a)
+        return micro_kernel<Arch, T, MR, NV, AK, false, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
+                                                              NR, nullptr, a_out);
+    }
+    micro_kernel<Arch, T, MR, NV, AK, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows, NR, b_out);
+  }
+
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
   // AK: A is read column by column: small transposed A in place (see Problem::a_in_place), larger
   // transposed A from its packed panels (a_in_panels).
@@ -223,6 +254,9 @@ struct GemmDriver {
       const int64_t chunk_panels = !pr.pack_a() || a_once ? mp_hi - mp_lo : kChunkRows / MR;
       T* a_buf = pr.pack_a() ? scratch<T>(0, chunk_panels * (panels_a ? a_ps : MR * a_ps)) : nullptr;
       const bool rows_outer = !pr.pack_a() || panels_a;
+      // A's panels are packed on first use (see b_first_use) by the tiles of the unit's first B panel
+      // of each depth block, if that panel is a whole one; else by pack_panels beforehand.
+      const bool a_first_use = panels_a && std::min(nc, my_n) >= NR;
       // Rows [r0, r0 + rows) of depth block k0 (kb deep) into panels at dst, kChunkRows at a time.
       auto pack_panels = [&](int64_t r0, int64_t rows, int64_t k0, int64_t kb, T* dst) {
         TG_PROF_BEGIN;
@@ -239,7 +273,8 @@ struct GemmDriver {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
         const int64_t bs = panel_stride<T>(kb, NR);
-        if (a_once) pack_panels(mp_lo * MR, std::min(M, mp_hi * MR) - mp_lo * MR, k0, kb, a_buf);
+        if (a_once && !a_first_use)
+          pack_panels(mp_lo * MR, std::min(M, mp_hi * MR) - mp_lo * MR, k0, kb, a_buf);
         for (int64_t j0 = n_lo; j0 < n_hi; j0 += nc) {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
@@ -249,12 +284,18 @@ struct GemmDriver {
           const bool in_place = !pr.pack_b();
           const int64_t ldbp = in_place ? pr.b_ks : NR;
           const int64_t last_full = !in_place ? 0 : nb % W == 0 ? nb_panels : nb / NR;
+          // Panels [0, first_use) are packed by the unit's first row of tiles (see b_first_use).
+          const int64_t first_use = b_first_use(pr) ? nb / NR : 0;
           // Prepacked: block k0 / kc of the whole packed B, from this block's first panel.
           const T* panels =
               pr.b_packed ? pr.b_packed + k0 / kc * packed_block(pr.K, pr.N) + j0 / NR * bs : b_buf;
           TG_PROF_BEGIN;
           if (!pr.b_packed) {
-            if (!in_place)
+            if (first_use > 0) {
+              if (first_use < nb_panels)
+                pack_b<Arch, T, NR>(kb, nb - first_use * NR, b_src + first_use * NR, pr.b_ks, 1,
+                                    b_buf + first_use * bs, bs);
+            } else if (!in_place)
               pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
             else if (last_full < nb_panels)
               pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
@@ -268,7 +309,7 @@ struct GemmDriver {
             if (a_once) {
               a_blk = a_buf + (cp - mp_lo) * a_ps, lda = MR, a_step = a_ps;
             } else if (panels_a) {
-              pack_panels(r0, rows, k0, kb, a_buf);
+              if (!a_first_use) pack_panels(r0, rows, k0, kb, a_buf);
               a_blk = a_buf, lda = MR, a_step = a_ps;
             } else if (pr.pack_a()) {
               TG_PROF_BEGIN;
@@ -288,11 +329,18 @@ struct GemmDriver {
               const T* bp = packed ? panels + (jp - last_full) * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
-              if (cols == NR)
-                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows,
-                                                  cols);
+              const bool pack_b_now = ip == mp_lo && jp < first_use;
+              const bool pack_a_now = a_first_use && j0 == n_lo && jp == 0;
+              if (pack_a_now || pack_b_now)
+                first_use_tile<AK>(
+                    pack_a_now, pack_b_now, kb, pack_a_now ? pr.a + ip * MR + k0 * pr.a_cs : ap,
+                    pack_a_now ? pr.a_cs : lda, pack_b_now ? b_src + jp * NR : bp, pack_b_now ? pr.b_ks : ldb,
+                    c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs);
+              else if (cols == NR)
+                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
               else
-                edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
+                edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
+                                                nullptr, nullptr);
             };
             if (rows_outer) {
               // MR rows of A stay in L1 while the B panels stream past.
@@ -494,7 +542,7 @@ struct GemmDriver {
                                                  rows, cols);
         } else {
           const auto fn = ak ? kernels<true>().fn[cols / W - 1] : kernels<false>().fn[cols / W - 1];
-          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols);
+          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr, nullptr);
         }
       }
     }

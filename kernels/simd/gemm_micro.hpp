@@ -18,6 +18,10 @@
 //   - Full tiles (rows == MR, n_valid == NVE*W) are stored straight from registers; a short or
 //     ragged tile goes through a small stack tile so nothing outside rows x n_valid is touched.
 //   - kc >= 1 (the driver handles K == 0 itself).
+//   - Packing on first use (gemm_driver.hpp): with PackB the kernel also stores each k's NVE vectors
+//     of B at b_out + k*NVE*W (64-byte aligned), the packed panel later tiles read; with PackA (AK
+//     only) each k's MR elements of A at a_out + k*MR (rows past `rows` get copies of the last).
+//     It stores what it loads, so the copies are exact whatever the arithmetic.
 // Per k the kernel loads NVE vectors of B and broadcasts MR scalars of A into MR*NVE independent
 // FMAs: 24 for the AVX-512 6 x 64 tile, enough to keep two 512-bit FMA pipes busy at 4 cycles of
 // latency, with 10 loads per 24 FMAs. NVE is a template parameter, so a narrow right edge gets its
@@ -37,11 +41,14 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-template <class Arch, class T, int MRE, int NVE, bool AK = false>
+template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
 __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, const T* __restrict a,
                                                                  int64_t lda, const T* __restrict b,
                                                                  int64_t ldb, T* __restrict c, int64_t ldc,
-                                                                 T alpha, T beta, int rows, int n_valid) {
+                                                                 T alpha, T beta, int rows, int n_valid,
+                                                                 T* __restrict b_out = nullptr,
+                                                                 T* __restrict a_out = nullptr) {
+  static_assert(!PackA || AK, "A is packed into column-major panels");
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
 
@@ -68,9 +75,15 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
     V bv[NVE];
 #pragma GCC unroll 8
     for (int j = 0; j < NVE; ++j) bv[j] = V::load_unaligned(b + j * W);
+    if constexpr (PackB) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NVE; ++j) bv[j].store_aligned(b_out + k * (NVE * W) + j * W);
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < MRE; ++i) {
-      const V ai(AK ? ar[i][k * lda] : ar[i][k]);
+      const T as = AK ? ar[i][k * lda] : ar[i][k];
+      if constexpr (PackA) a_out[k * MRE + i] = as;
+      const V ai(as);
 #pragma GCC unroll 8
       for (int j = 0; j < NVE; ++j) acc[i][j] = xsimd::fma(ai, bv[j], acc[i][j]);
     }
@@ -112,7 +125,8 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
 }
 
 template <class T>
-using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int);
+using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int, T*,
+                               T*);
 
 // The instances by width: fn[v - 1] computes v vectors (and any number of rows up to MR).
 template <class Arch, class T, int MR, int NV, bool AK>
