@@ -115,15 +115,6 @@ inline constexpr double kMinFlopsPerThread = 1.0e6;
 // A batched GEMM runs a team inside each matrix rather than a matrix per thread only from this
 // size of matrix up (and only when the batch does not divide evenly, see gemm_batched).
 inline constexpr double kMinFlopsPerMatrixTeam = 16.0e6;
-// A batched GEMM's threads take their matrices from a shared counter a run of matrices at a time,
-// each run worth about this much one-thread time, and each thread at least kMinRunsPerThread runs
-// (so a thread the OS delays still leaves the rest to the others). Taken one at a time, 32^3
-// matrices (0.35 us each) ran slower on two threads than on one on a two-core Zen 5: every take
-// moved the counter's cache line between the cores (256 x 32^3 nn: 174 GFLOP/s on one thread, 117
-// on two; taken 16 at a time 268, 64 at a time 274).
-inline constexpr double kBatchRunUs = 8.0;
-inline constexpr int64_t kMinRunsPerThread = 4;
-
 // Row-major B up to this many bytes (K x N) is read in place instead of packed (see gemm_driver.hpp).
 inline constexpr int64_t kMaxUnpackedB = 64 << 10;
 // Transposed A up to this many bytes (M x K) is read in place instead of transposed; twice as many

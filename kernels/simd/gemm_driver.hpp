@@ -29,12 +29,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <type_traits>
 
+#include "kernels/balanced_split.hpp"
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
 #include "kernels/simd/gemm_pack.hpp"
@@ -130,12 +130,24 @@ struct GemmDriver {
   // second unit per thread repeats it (four alternating rounds on a 2-core Zen 5, GFLOP/s at 2
   // threads, two units a thread -> one: 512x2048x128 tn 336-367 -> 365-393, tt 321-356 -> 357-391).
   static constexpr int64_t kLongDepth = 4;
+  // A tall product (M at least kTallRows times N, enough row panels for every thread, op(B) under
+  // L2) is cut into one band of rows per thread instead, thread t taking band t: the row split of
+  // the elementwise kernels (parallel_ranges), so a linear's output rows, and its input's, stay in
+  // the cache of the core that the ops before and after give them to. Each band prepares all of
+  // B, which is why B must be small. Median GFLOP/s at 2 threads on a 2-core Zen 5, bands against
+  // units from the counter (two alternating runs each): 4000x192x768 nn 355-361 against 266-279,
+  // 2048x128x512 nn 337-363 against 267-334; 2048x1024x256 (B 1 MiB) kept the counter.
+  static constexpr int64_t kTallRows = 4;
   struct Units {
     int64_t um, un;
+    bool fixed = false;  // unit t is thread t's (else units go to whoever asks next)
     int64_t count() const { return um * un; }
   };
   static Units choose_units(const Problem& pr, int nt) {
     if (nt <= 1) return {1, 1};
+    if (pr.M >= kTallRows * pr.N && ceil_div(pr.M, MR) >= 8 * nt &&
+        pr.K * pr.N * int64_t(sizeof(T)) < cache_info().l2)
+      return {nt, 1, true};
     const bool long_depth = pr.K >= kLongDepth * std::max(pr.M, pr.N);
     const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
     const int64_t target = (long_depth ? 1 : 2) * nt;
@@ -166,8 +178,9 @@ struct GemmDriver {
     const auto t0 = run ? TeamRun::Clock::now() : TeamRun::Clock::time_point();
     const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
     int64_t tiles = 0;
-    for (int64_t u = next ? next->fetch_add(1, std::memory_order_relaxed) : 0; u < units.count();
-         u = next ? next->fetch_add(1, std::memory_order_relaxed) : units.count()) {
+    auto take = [&] { return next ? next->fetch_add(1, std::memory_order_relaxed) : 0; };
+    for (int64_t u = units.fixed ? tid : take(); u < units.count();
+         u = units.fixed || !next ? units.count() : take()) {
       const int64_t iu = u / units.un, ju = u % units.un;
       const int64_t mp_lo = split_begin(m_panels, int(units.um), int(iu));
       const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
@@ -575,26 +588,20 @@ struct GemmDriver {
       for (int64_t m = 0; m < batch; ++m) one(m, nt);
       return;
     }
-    // Matrices are handed out a run at a time from a shared counter, so a thread that the OS delays
-    // (the machine is shared) costs its own share only, not everyone's; runs of several small
-    // matrices keep the counter's cache line from moving between cores at every matrix
-    // (kBatchRunUs). Which thread computes a matrix changes no result.
+    // Thread t takes the t-th contiguous run of matrices, as the elementwise kernels split rows
+    // (parallel_ranges in common.hpp): attention's heads of sequence b are rows of b's tokens, which
+    // the ops before and after leave in the same core's cache. Which thread computes a matrix
+    // changes no result.
     const int team = int(std::min<int64_t>(nt, batch));
-    const int64_t most = std::max<int64_t>(1, batch / (kMinRunsPerThread * team));
-    const int64_t wanted = int64_t(std::ceil(kBatchRunUs / single_thread_us(flops)));
-    const int64_t run_length = std::clamp<int64_t>(wanted, 1, most);
-    std::atomic<int64_t> next{0};
     TeamBarrier barrier(team);
     TeamRun run(team);
 #pragma omp parallel num_threads(team)
     {
       const auto t0 = TeamRun::Clock::now();
-      int64_t done = 0;
-      for (int64_t first = next.fetch_add(run_length, std::memory_order_relaxed); first < batch;
-           first = next.fetch_add(run_length, std::memory_order_relaxed))
-        for (int64_t m = first; m < std::min(batch, first + run_length); ++m, ++done) one(m, 1);
+      const Range r = balanced_split(batch, omp_get_thread_num(), omp_get_num_threads());
+      for (int64_t m = r.begin; m < r.end; ++m) one(m, 1);
       if (omp_get_num_threads() == team) {
-        run.report(omp_get_thread_num(), double(done), t0, TeamRun::Clock::now());
+        run.report(omp_get_thread_num(), double(r.end - r.begin), t0, TeamRun::Clock::now());
         barrier.wait();
       }
     }
