@@ -293,9 +293,9 @@ void register_gelu_backward(int64_t n) {
     const float* y = buffer("y", n).data();
     const float* dy = buffer("dy", n, -1, 1).data();
     if (simd)
-      k::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx);
+      k::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx, true);
     else
-      ref::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx);
+      ref::unary_backward<float>(k::Unary::gelu_tanh, n, x, y, dy, dx, true);
   };
   for (int t : {1, 2}) {
     const std::string tail = tail_of(std::to_string(n), t);

@@ -26,9 +26,11 @@
 
 // y[i] = f(x[i])
 TG_KERNEL(void, unary, (Unary op, int64_t n, const T* x, T* y), (op, n, x, y))
-// dx[i] += dy[i] * f'(x[i]); y = f(x) is passed because several derivatives are cheaper from it.
-TG_KERNEL(void, unary_backward, (Unary op, int64_t n, const T* x, const T* y, const T* dy, T* dx),
-          (op, n, x, y, dy, dx))
+// dx[i] = (accumulate ? dx[i] : 0) + dy[i] * f'(x[i]); y = f(x) is passed because several
+// derivatives are cheaper from it. Without accumulate, dx is never read (a fresh gradient buffer).
+TG_KERNEL(void, unary_backward,
+          (Unary op, int64_t n, const T* x, const T* y, const T* dy, T* dx, bool accumulate),
+          (op, n, x, y, dy, dx, accumulate))
 // y = x * scale + shift, elementwise (covers scalar add/mul and their backwards when accumulate).
 TG_KERNEL(void, affine, (int64_t n, const T* x, T scale, T shift, T* y, bool accumulate),
           (n, x, scale, shift, y, accumulate))

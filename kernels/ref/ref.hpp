@@ -89,8 +89,9 @@ void unary(Unary op, int64_t n, const T* x, T* y) {
 }
 
 template <class T>
-void unary_backward(Unary op, int64_t n, const T* x, const T* y, const T* dy, T* dx) {
-  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * unary_derivative(op, x[i], y[i]);
+void unary_backward(Unary op, int64_t n, const T* x, const T* y, const T* dy, T* dx, bool accumulate) {
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = (accumulate ? dx[i] : T(0)) + dy[i] * unary_derivative(op, x[i], y[i]);
 }
 
 template <class T>

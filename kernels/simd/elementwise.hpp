@@ -154,8 +154,11 @@ void unary_f32(Unary op, int64_t n, const float* x, float* y) {
   });
 }
 
-// dx += dy * g(x, y) over [i0, i1), g the local derivative.
-template <class Arch, class G>
+// dx = (Accumulate ? dx : 0) + dy * g(x, y) over [i0, i1), g the local derivative. Without
+// Accumulate dx is only written: a fresh gradient is then one pass over memory instead of a zero fill
+// and a read-modify-write (the small Transformer's four ReLU backward passes at [2048, 512]: 2.42-2.52
+// -> 1.84-1.88 ms a step at 1 thread).
+template <class Arch, bool Accumulate, class G>
 TG_FLATTEN void map_backward(int64_t i0, int64_t i1, const float* x, const float* y, const float* dy,
                              float* dx, G&& g) {
   using B = Batch<Arch>;
@@ -163,22 +166,30 @@ TG_FLATTEN void map_backward(int64_t i0, int64_t i1, const float* x, const float
   int64_t i = i0;
   for (; i + W <= i1; i += W) {
     const B d = g(B::load_unaligned(x + i), B::load_unaligned(y + i));
-    xsimd::fma(B::load_unaligned(dy + i), d, B::load_unaligned(dx + i)).store_unaligned(dx + i);
+    const B g0 = B::load_unaligned(dy + i);
+    (Accumulate ? xsimd::fma(g0, d, B::load_unaligned(dx + i)) : g0 * d).store_unaligned(dx + i);
   }
   if (i < i1) {
     const int64_t n = i1 - i;
     const B d = g(load_tail<Arch>(x + i, n, 1.0f), load_tail<Arch>(y + i, n, 1.0f));
-    store_tail<Arch>(dx + i, n,
-                     xsimd::fma(load_tail<Arch>(dy + i, n, 0.0f), d, load_tail<Arch>(dx + i, n, 0.0f)));
+    const B g0 = load_tail<Arch>(dy + i, n, 0.0f);
+    store_tail<Arch>(dx + i, n, Accumulate ? xsimd::fma(g0, d, load_tail<Arch>(dx + i, n, 0.0f)) : g0 * d);
   }
 }
 
-// dx += dy * f'(x), with f' written from y = f(x) where that is cheaper (see ref::unary_derivative).
+// dx = (accumulate ? dx : 0) + dy * f'(x), with f' written from y = f(x) where that is cheaper (see
+// ref::unary_derivative).
 template <class Arch>
-void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, const float* dy, float* dx) {
+void unary_backward_f32(Unary op, int64_t n, const float* x, const float* y, const float* dy, float* dx,
+                        bool accumulate) {
   using B = Batch<Arch>;
   parallel_flat(n, 8, [&](int64_t i0, int64_t i1) {
-    auto run = [&](auto g) { map_backward<Arch>(i0, i1, x, y, dy, dx, g); };
+    auto run = [&](auto g) {
+      if (accumulate)
+        map_backward<Arch, true>(i0, i1, x, y, dy, dx, g);
+      else
+        map_backward<Arch, false>(i0, i1, x, y, dy, dx, g);
+    };
     switch (op) {
       case Unary::neg:
         run([](B, B) { return B(-1.0f); });

@@ -99,9 +99,11 @@ Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
     record(kind, {a}, y, [a, x, y, kop](const Tensor& dy) {
       // da += dy * f'(x)  (the derivative table is in kernels/ref/ref.hpp: unary_derivative)
       if (creating_graph()) return accumulate_grad(a, unary_backward(kop, a, y, dy));
-      Tensor da = grad_buffer_zeroed(a);
+      bool fresh = false;
+      Tensor da = grad_buffer(a, &fresh);
       visit_float(a.dtype(), "backward", [&]<class T>() {
-        kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>());
+        kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), y.data<T>(), dy.data<T>(), da.data<T>(),
+                                   !fresh);
       });
     });
   }
@@ -114,9 +116,9 @@ Tensor unary_op(OpKind kind, kernels::Unary kop, const Tensor& a) {
 //   d(dx)/d(dy) = f'(x): this op again;   d(dx)/dx or d(dx)/dy = dy * f'' (through y where f' is in y)
 Tensor unary_backward(kernels::Unary kop, const Tensor& a, const Tensor& y, const Tensor& dy) {
   const Tensor x = contiguous_data(a), yc = contiguous_data(y), g = contiguous_data(dy);
-  Tensor dx = Tensor::zeros(a.shape(), a.dtype());
+  Tensor dx = Tensor::empty(a.shape(), a.dtype());
   visit_float(a.dtype(), "unary_backward", [&]<class T>() {
-    kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), yc.data<T>(), g.data<T>(), dx.data<T>());
+    kernels::unary_backward<T>(kop, x.numel(), x.data<T>(), yc.data<T>(), g.data<T>(), dx.data<T>(), false);
   });
   if (should_record({&a, &y, &dy})) {
     record(OpKind::unary_backward, {a, y, dy}, dx, [kop, a, y, dy](const Tensor& gg) {
@@ -188,9 +190,10 @@ Tensor affine_op(OpKind kind, const Tensor& a, double scale, double shift) {
     record(kind, {a}, y, [a, scale](const Tensor& dy) {
       // da += scale * dy
       if (creating_graph()) return accumulate_grad(a, scale == 1.0 ? dy : mul(dy, scale));
-      Tensor da = grad_buffer_zeroed(a);
+      bool fresh = false;
+      Tensor da = grad_buffer(a, &fresh);
       visit_float(a.dtype(), "backward", [&]<class T>() {
-        kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), true);
+        kernels::affine<T>(dy.numel(), dy.data<T>(), T(scale), T(0), da.data<T>(), !fresh);
       });
     });
   }

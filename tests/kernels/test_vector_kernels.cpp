@@ -249,17 +249,20 @@ const std::vector<UnaryCase> kUnaryCases = {
 
 TEST_CASE("unary and unary_backward match the reference", "[kernels][elementwise]") {
   const int threads = GENERATE(1, 2);
+  // Without accumulate the gradient buffer starts as NaN: it must be written, never read.
+  const bool accumulate = GENERATE(true, false);
   const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(40000));
   for (const UnaryCase& uc : kUnaryCases) {
-    CAPTURE(uc.name, n, threads);
+    CAPTURE(uc.name, n, threads, accumulate);
     auto x = random_vec(n, uc.lo, uc.hi, 11);
     if (uc.op == k::Unary::relu || uc.op == k::Unary::abs)
       for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = 0.0f;  // the kink
     std::vector<float> want(static_cast<size_t>(n)), dx_want = random_vec(n, -1, 1, 12);
     const auto dy = random_vec(n, -1, 1, 13);
-    const auto dx0 = dx_want;
+    const auto dx0 =
+        accumulate ? dx_want : std::vector<float>(size_t(n), std::numeric_limits<float>::quiet_NaN());
     ref::unary<float>(uc.op, n, x.data(), want.data());
-    ref::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx_want.data());
+    ref::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx_want.data(), accumulate);
     for_each_isa(threads, [&](const std::string&) {
       std::vector<float> got(static_cast<size_t>(n)), dx = dx0;
       k::unary<float>(uc.op, n, x.data(), got.data());
@@ -267,7 +270,7 @@ TEST_CASE("unary and unary_backward match the reference", "[kernels][elementwise
       const double scale = gelu ? 6.0 : 1.0;  // |x| <= 6
       check_close(got, want, Tol{uc.fwd.atol * scale, uc.fwd.rtol}, "forward");
       // backward from the reference's y, so only the derivative is under test
-      k::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx.data());
+      k::unary_backward<float>(uc.op, n, x.data(), want.data(), dy.data(), dx.data(), accumulate);
       check_close(dx, dx_want, Tol{uc.bwd.atol * scale + 2 * kEps, uc.bwd.rtol}, "backward");
     });
   }
@@ -296,7 +299,8 @@ TEST_CASE("gelu_tanh against double: error bound, saturation, underflow, special
     std::vector<float> y(x.size()), dx(x.size(), 0.0f);
     const std::vector<float> dy(x.size(), 1.0f);
     k::unary<float>(k::Unary::gelu_tanh, n, x.data(), y.data());
-    k::unary_backward<float>(k::Unary::gelu_tanh, int64_t(finite), x.data(), y.data(), dy.data(), dx.data());
+    k::unary_backward<float>(k::Unary::gelu_tanh, int64_t(finite), x.data(), y.data(), dy.data(), dx.data(),
+                             false);
     double worst_f = 0, worst_b = 0;
     size_t at_f = 0, at_b = 0;
     for (size_t i = 0; i < finite; ++i) {
@@ -412,13 +416,13 @@ TEST_CASE("softplus for large |x|: no overflow, no lost tail, against double", "
   const Tol fwd{4 * double(FLT_TRUE_MIN), 4 * kEps}, bwd{2 * kEps, 4 * kEps};
   std::vector<float> y_ref(static_cast<size_t>(n)), dx_ref = dx0;
   ref::unary<float>(k::Unary::softplus, n, x.data(), y_ref.data());
-  ref::unary_backward<float>(k::Unary::softplus, n, x.data(), y_ref.data(), dy.data(), dx_ref.data());
+  ref::unary_backward<float>(k::Unary::softplus, n, x.data(), y_ref.data(), dy.data(), dx_ref.data(), true);
   check_close(y_ref, y_want, fwd, "reference forward");
   check_close(dx_ref, dx_want, bwd, "reference backward");
   for_each_isa(threads, [&](const std::string&) {
     std::vector<float> y(static_cast<size_t>(n)), dx = dx0;
     k::unary<float>(k::Unary::softplus, n, x.data(), y.data());
-    k::unary_backward<float>(k::Unary::softplus, n, x.data(), y.data(), dy.data(), dx.data());
+    k::unary_backward<float>(k::Unary::softplus, n, x.data(), y.data(), dy.data(), dx.data(), true);
     check_close(y, y_want, fwd, "forward");
     check_close(dx, dx_want, bwd, "backward");
   });
