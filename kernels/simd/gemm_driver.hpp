@@ -17,7 +17,8 @@
 // went out to L3 and came back); only panels that serve several blocks of B are packed up front,
 // once per depth block (see a_once). Nothing is shared between units: each packs its own B and its
 // own A rows, so a team never waits inside a GEMM, only at its end. A team takes units one at a
-// time from a shared counter (see choose_units); one thread does the whole problem as a single unit.
+// time from a shared counter, or a tall product one band of rows per thread, thread t band t (see
+// choose_units); one thread does the whole problem as a single unit.
 // Small problems run on the calling thread with no OpenMP region: under kMinFlopsPerThread per
 // thread, or while a team costs more than half the one-thread time (TeamCost: on a shared machine
 // a team can cost milliseconds). Small row-major B and small transposed A are read in place.
@@ -222,8 +223,8 @@ struct GemmDriver {
   // unit's first row of tiles, transposed A's in its first column (see a_first_use). Only a B panel
   // cut by the matrix edge inside a vector is still packed beforehand (the kernel would read past
   // the edge). Median GFLOP/s, alternating calls, Zen 5: 64x256x768 nn 197 -> 213 at 1 thread, 325
-  // -> 362 at 2; 256^3 tn 234 -> 244 and 344 -> 368; 1024^3 and the 2048 shapes within 2%.
-  // Row-major B that would otherwise be packed whole by its unit.
+  // -> 362 at 2; 256^3 tn 234 -> 244 and 344 -> 368; 1024^3 and the 2048 shapes within 3% either way
+  // (2048x1024x256 tn at 1 thread 0.98x). b_first_use: row-major B that its unit would pack whole.
   static bool b_first_use(const Problem& pr) { return pr.pack_b() && !pr.b_packed && pr.b_js == 1; }
 
   // One tile that packs on first use: pack_a (only for column-major A, AK) stores the MR x kb panel
