@@ -293,27 +293,21 @@ struct GemmDriver {
           const int64_t nb = std::min(nc, n_hi - j0);
           const int64_t nb_panels = ceil_div(nb, NR);
           const T* b_src = pr.b + k0 * pr.b_ks + j0 * pr.b_js;
-          // Panels of B: packed (stride NR) or, when B is read in place, B itself except for a panel
-          // cut by the matrix edge inside a vector, which the kernel would read past.
+          // Panels of B: [0, last_full) read in place when B is (all but a panel cut by the matrix
+          // edge inside a vector, which the kernel would read past), the rest packed (stride NR): those
+          // before first_use by the unit's first row of tiles (see b_first_use), the others here.
           const bool in_place = !pr.pack_b();
           const int64_t ldbp = in_place ? pr.b_ks : NR;
           const int64_t last_full = !in_place ? 0 : nb % W == 0 ? nb_panels : nb / NR;
-          // Panels [0, first_use) are packed by the unit's first row of tiles (see b_first_use).
           const int64_t first_use = b_first_use(pr) ? nb / NR : 0;
+          const int64_t packed_from = std::max(last_full, first_use);
           // Prepacked: block k0 / kc of the whole packed B, from this block's first panel.
           const T* panels =
               pr.b_packed ? pr.b_packed + k0 / kc * packed_block(pr.K, pr.N) + j0 / NR * bs : b_buf;
           TG_PROF_BEGIN;
-          if (!pr.b_packed) {
-            if (first_use > 0) {
-              if (first_use < nb_panels)
-                pack_b<Arch, T, NR>(kb, nb - first_use * NR, b_src + first_use * NR, pr.b_ks, 1,
-                                    b_buf + first_use * bs, bs);
-            } else if (!in_place)
-              pack_b<Arch, T, NR>(kb, nb, b_src, pr.b_ks, pr.b_js, b_buf, bs);
-            else if (last_full < nb_panels)
-              pack_b<Arch, T, NR>(kb, nb - last_full * NR, b_src + last_full * NR, pr.b_ks, 1, b_buf, bs);
-          }
+          if (!pr.b_packed && packed_from < nb_panels)
+            pack_b<Arch, T, NR>(kb, nb - packed_from * NR, b_src + packed_from * NR * pr.b_js, pr.b_ks,
+                                pr.b_js, b_buf + packed_from * bs, bs);
           TG_PROF_END(1);
           for (int64_t cp = mp_lo; cp < mp_hi; cp += chunk_panels) {
             const int64_t cp_end = std::min(mp_hi, cp + chunk_panels);
@@ -340,7 +334,7 @@ struct GemmDriver {
               const int rows = int(std::min<int64_t>(MR, M - ip * MR));
               const int cols = int(std::min<int64_t>(NR, nb - jp * NR));
               const bool packed = jp >= last_full;
-              const T* bp = packed ? panels + (jp - last_full) * bs : b_src + jp * NR;
+              const T* bp = packed ? panels + jp * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
               const bool pack_b_now = ip == mp_lo && jp < first_use;
