@@ -206,9 +206,9 @@ void register_layernorm_backward(int64_t rows, int64_t cols) {
     const float* x = buffer("x", n).data();
     const float* dy = buffer("dy", n, -1, 1).data();
     if (simd)
-      k::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta);
+      k::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta, true);
     else
-      ref::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta);
+      ref::layer_norm_backward<float>(rows, cols, x, g, mean, rstd, dy, dx, dgamma, dbeta, true);
   };
   auto timed = [=](bool simd) {
     call(simd, buffer("dx", n, -1, 1).data(), buffer("dgamma", cols).data(), buffer("dbeta", cols).data());

@@ -83,15 +83,16 @@ TG_KERNEL(T, sum_squares, (int64_t n, const T* x), (n, x))
 // y = softmax(scale * x + mask) row-wise; the options are described at SoftmaxOptions (types.hpp).
 TG_KERNEL(void, softmax, (int64_t rows, int64_t cols, const T* x, T* y, const SoftmaxOptions& opts = {}),
           (rows, cols, x, y, opts))
-// dx += scale * y * (dy - sum(dy * y))
+// dx = (accumulate ? dx : 0) + scale * y * (dy - sum(dy * y)); without accumulate dx is never read.
 TG_KERNEL(void, softmax_backward,
-          (int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, double scale = 1.0),
-          (rows, cols, y, dy, dx, scale))
+          (int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, double scale, bool accumulate),
+          (rows, cols, y, dy, dx, scale, accumulate))
 // y = x - max - log(sum(exp(x - max)))
 TG_KERNEL(void, log_softmax, (int64_t rows, int64_t cols, const T* x, T* y), (rows, cols, x, y))
-// dx += dy - exp(y) * sum(dy)
-TG_KERNEL(void, log_softmax_backward, (int64_t rows, int64_t cols, const T* y, const T* dy, T* dx),
-          (rows, cols, y, dy, dx))
+// dx = (accumulate ? dx : 0) + dy - exp(y) * sum(dy); without accumulate dx is never read.
+TG_KERNEL(void, log_softmax_backward,
+          (int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, bool accumulate),
+          (rows, cols, y, dy, dx, accumulate))
 // Cross-entropy from logits, fused. For each row with target t != ignore_index:
 //   loss_r = -(1 - eps) * logp[t] - eps / V * sum_v logp[v],  logp = log_softmax(logits_r)
 // Writes loss per row (0 for ignored rows) and, if grad is non-null, the gradient of the *sum* of
@@ -109,11 +110,12 @@ TG_KERNEL(void, layer_norm,
           (int64_t rows, int64_t cols, const T* x, const T* gamma, const T* beta, double eps, T* y, T* mean,
            T* rstd),
           (rows, cols, x, gamma, beta, eps, y, mean, rstd))
-// Accumulates dx, dgamma, dbeta (each may be null to skip).
+// Accumulates dgamma and dbeta; dx is accumulated when accumulate is set, else written without being
+// read (a fresh gradient buffer). Each of the three may be null to skip.
 TG_KERNEL(void, layer_norm_backward,
           (int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy,
-           T* dx, T* dgamma, T* dbeta),
-          (rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta))
+           T* dx, T* dgamma, T* dbeta, bool accumulate),
+          (rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, accumulate))
 
 // ---------------------------------------------------------------------------------------------
 // Indexing.

@@ -262,12 +262,14 @@ void softmax(int64_t rows, int64_t cols, const T* x, T* y, const SoftmaxOptions&
 }
 
 template <class T>
-void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, double scale) {
+void softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, double scale,
+                      bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *yr = y + r * cols, *dyr = dy + r * cols;
     T dot = 0;
     for (int64_t c = 0; c < cols; ++c) dot += dyr[c] * yr[c];
-    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] += T(scale) * yr[c] * (dyr[c] - dot);
+    for (int64_t c = 0; c < cols; ++c)
+      dx[r * cols + c] = (accumulate ? dx[r * cols + c] : T(0)) + T(scale) * yr[c] * (dyr[c] - dot);
   }
 }
 
@@ -285,11 +287,13 @@ void log_softmax(int64_t rows, int64_t cols, const T* x, T* y) {
 }
 
 template <class T>
-void log_softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx) {
+void log_softmax_backward(int64_t rows, int64_t cols, const T* y, const T* dy, T* dx, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     T sum = 0;
     for (int64_t c = 0; c < cols; ++c) sum += dy[r * cols + c];
-    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] += dy[r * cols + c] - std::exp(y[r * cols + c]) * sum;
+    for (int64_t c = 0; c < cols; ++c)
+      dx[r * cols + c] =
+          (accumulate ? dx[r * cols + c] : T(0)) + (dy[r * cols + c] - std::exp(y[r * cols + c]) * sum);
   }
 }
 
@@ -352,7 +356,7 @@ void layer_norm(int64_t rows, int64_t cols, const T* x, const T* gamma, const T*
 
 template <class T>
 void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma, const T* mean, const T* rstd,
-                         const T* dy, T* dx, T* dgamma, T* dbeta) {
+                         const T* dy, T* dx, T* dgamma, T* dbeta, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * cols, *dyr = dy + r * cols;
     T sum_g = 0, sum_gx = 0;  // sum(dxhat), sum(dxhat * xhat)
@@ -369,7 +373,8 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* x, const T* gamma,
     for (int64_t c = 0; c < cols; ++c) {
       const T xhat = (xr[c] - mean[r]) * rstd[r];
       const T g = dyr[c] * (gamma ? gamma[c] : T(1));
-      dx[r * cols + c] += rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
+      dx[r * cols + c] =
+          (accumulate ? dx[r * cols + c] : T(0)) + rstd[r] * (g - inv_n * sum_g - xhat * inv_n * sum_gx);
     }
   }
 }

@@ -184,9 +184,10 @@ void layer_norm_f32(int64_t rows, int64_t cols, const float* x, const float* gam
 }
 
 // One row of the backward. With xhat = (x - mean) * rstd and g = dy * gamma:
-//   dx += rstd * (g - mean(g) - xhat * mean(g * xhat))      (layer_norm: y = xhat * gamma + beta)
+//   dx = (AccumulateDx ? dx : 0) + rstd * (g - mean(g) - xhat * mean(g * xhat))
+//                                                            (layer_norm: y = xhat * gamma + beta)
 //   dgamma_acc += dy * xhat,  dbeta_acc += dy
-template <class Arch>
+template <class Arch, bool AccumulateDx>
 void layer_norm_backward_row(int64_t cols, const float* xr, const float* gamma, float mu, float rs,
                              const float* dyr, float* dxr, float* dg, float* db) {
   using B = Batch<Arch>;
@@ -222,12 +223,12 @@ void layer_norm_backward_row(int64_t cols, const float* xr, const float* gamma, 
     const B d = B::load_unaligned(dyr + c);
     const B g = gamma ? d * B::load_unaligned(gamma + c) : d;
     const B v = s * xsimd::fnma(xhat, bmgx, g - bmg);
-    (B::load_unaligned(dxr + c) + v).store_unaligned(dxr + c);
+    (AccumulateDx ? B::load_unaligned(dxr + c) + v : v).store_unaligned(dxr + c);
   }
   for (; c < cols; ++c) {
     const float xhat = (xr[c] - mu) * rs;
     const float g = dyr[c] * (gamma ? gamma[c] : 1.0f);
-    dxr[c] += rs * (g - mg - xhat * mgx);
+    dxr[c] = (AccumulateDx ? dxr[c] : 0.0f) + rs * (g - mg - xhat * mgx);
   }
 }
 
@@ -238,10 +239,19 @@ inline constexpr int64_t kNormMaxBlocks = 64;
 template <class Arch>
 void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma,
-                             float* dbeta) {
+                             float* dbeta, bool accumulate) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
   if (rows <= 0 || cols <= 0) return;
+  auto row = [&](int64_t r, float* dg, float* db) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx ? dx + r * cols : nullptr;
+    if (accumulate)
+      layer_norm_backward_row<Arch, true>(cols, xr, gamma, mean[r], rstd[r], dyr, dxr, dg, db);
+    else
+      layer_norm_backward_row<Arch, false>(cols, xr, gamma, mean[r], rstd[r], dyr, dxr, dg, db);
+  };
   const bool param_grads = dgamma || dbeta;
   const int64_t work = rows * cols * 4;
   // Small jobs, or no dgamma/dbeta: accumulate straight into the outputs, rows in order (row-parallel
@@ -249,9 +259,7 @@ void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const f
   if (!param_grads || work < kParallelMinWork) {
     const int nt = param_grads ? 1 : team_for(work, rows);
     parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        layer_norm_backward_row<Arch>(cols, x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
-                                      dx ? dx + r * cols : nullptr, dgamma, dbeta);
+      for (int64_t r = r0; r < r1; ++r) row(r, dgamma, dbeta);
     });
     return;
   }
@@ -264,10 +272,7 @@ void layer_norm_backward_f32(int64_t rows, int64_t cols, const float* x, const f
       float* db = dg + cols;
       std::memset(dg, 0, sizeof(float) * size_t(2 * cols));
       const Range rr = balanced_split(rows, b, nblocks);
-      for (int64_t r = rr.begin; r < rr.end; ++r)
-        layer_norm_backward_row<Arch>(cols, x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
-                                      dx ? dx + r * cols : nullptr, dgamma ? dg : nullptr,
-                                      dbeta ? db : nullptr);
+      for (int64_t r = rr.begin; r < rr.end; ++r) row(r, dgamma ? dg : nullptr, dbeta ? db : nullptr);
     }
   });
   // Fixed-order reduction of the partials; columns split across threads, which changes nothing.

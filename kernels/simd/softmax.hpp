@@ -523,8 +523,8 @@ void softmax_f32(int64_t rows, int64_t cols, const float* x, float* y, const Sof
 // through the closure, and every vector store (a may-alias type) would force a reload of the loop
 // bound and the pointers on each iteration.
 
-// softmax: dx += scale * y * (dy - sum(dy * y)), one row of n.
-template <class Arch>
+// softmax: dx = (Accumulate ? dx : 0) + scale * y * (dy - sum(dy * y)), one row of n.
+template <class Arch, bool Accumulate>
 void softmax_backward_row(int64_t n, const float* y, const float* dy, float* dx, float scale) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
@@ -541,18 +541,23 @@ void softmax_backward_row(int64_t n, const float* y, const float* dy, float* dx,
   c = 0;
   for (; c + W <= n; c += W) {
     const B g = s * B::load_unaligned(y + c) * (B::load_unaligned(dy + c) - d);
-    (B::load_unaligned(dx + c) + g).store_unaligned(dx + c);
+    (Accumulate ? B::load_unaligned(dx + c) + g : g).store_unaligned(dx + c);
   }
-  for (; c < n; ++c) dx[c] += scale * y[c] * (dy[c] - dot);
+  for (; c < n; ++c) dx[c] = (Accumulate ? dx[c] : 0.0f) + scale * y[c] * (dy[c] - dot);
 }
 
 template <class Arch>
 void softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
-                          double scale) {
+                          double scale, bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
   parallel_ranges(rows, team_for(rows * cols * 3, rows), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      softmax_backward_row<Arch>(cols, y + r * cols, dy + r * cols, dx + r * cols, float(scale));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *yr = y + r * cols, *dyr = dy + r * cols;
+      if (accumulate)
+        softmax_backward_row<Arch, true>(cols, yr, dyr, dx + r * cols, float(scale));
+      else
+        softmax_backward_row<Arch, false>(cols, yr, dyr, dx + r * cols, float(scale));
+    }
   });
 }
 
@@ -577,8 +582,9 @@ void log_softmax_f32(int64_t rows, int64_t cols, const float* x, float* y) {
   });
 }
 
-// log_softmax: dx += dy - exp(y) * sum(dy), one row of n. y = log p <= 0: exp(y) cannot overflow.
-template <class Arch>
+// log_softmax: dx = (Accumulate ? dx : 0) + dy - exp(y) * sum(dy), one row of n. y = log p <= 0:
+// exp(y) cannot overflow.
+template <class Arch, bool Accumulate>
 void log_softmax_backward_row(int64_t n, const float* y, const float* dy, float* dx) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
@@ -595,26 +601,34 @@ void log_softmax_backward_row(int64_t n, const float* y, const float* dy, float*
   for (; c + 2 * W <= n; c += 2 * W) {  // two exps interleaved, as in exp_shift_sum
     B e[2] = {B::load_unaligned(y + c), B::load_unaligned(y + c + W)};
     exp_nonpositive_n<Arch, true, 2>(e);
-    (B::load_unaligned(dx + c) + (B::load_unaligned(dy + c) - e[0] * s)).store_unaligned(dx + c);
-    (B::load_unaligned(dx + c + W) + (B::load_unaligned(dy + c + W) - e[1] * s)).store_unaligned(dx + c + W);
+    for (int h = 0; h < 2; ++h) {
+      const B g = B::load_unaligned(dy + c + h * W) - e[h] * s;
+      (Accumulate ? B::load_unaligned(dx + c + h * W) + g : g).store_unaligned(dx + c + h * W);
+    }
   }
   for (; c + W <= n; c += W) {
     const B g = B::load_unaligned(dy + c) - exp_nonpositive<Arch>(B::load_unaligned(y + c)) * s;
-    (B::load_unaligned(dx + c) + g).store_unaligned(dx + c);
+    (Accumulate ? B::load_unaligned(dx + c) + g : g).store_unaligned(dx + c);
   }
   if (c < n) {
     const int64_t t = n - c;
     const B g = load_tail<Arch>(dy + c, t, 0.0f) - exp_nonpositive<Arch>(load_tail<Arch>(y + c, t, 0.0f)) * s;
-    store_tail<Arch>(dx + c, t, load_tail<Arch>(dx + c, t, 0.0f) + g);
+    store_tail<Arch>(dx + c, t, Accumulate ? load_tail<Arch>(dx + c, t, 0.0f) + g : g);
   }
 }
 
 template <class Arch>
-void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx) {
+void log_softmax_backward_f32(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
+                              bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
   parallel_ranges(rows, team_for(rows * cols * 4, rows), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      log_softmax_backward_row<Arch>(cols, y + r * cols, dy + r * cols, dx + r * cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *yr = y + r * cols, *dyr = dy + r * cols;
+      if (accumulate)
+        log_softmax_backward_row<Arch, true>(cols, yr, dyr, dx + r * cols);
+      else
+        log_softmax_backward_row<Arch, false>(cols, yr, dyr, dx + r * cols);
+    }
   });
 }
 

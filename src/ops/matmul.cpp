@@ -418,9 +418,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const std::shared_ptr<PackedWeight> packed = packed_weight(weight, w);
   visit_float(x.dtype(), "linear", [&]<class T>() {
     T* yp = y.data<T>();
-    if (bias.defined()) {  // start C from the bias rows, then C += x W^T
-      const T* bp = bias.data<T>();
-      for (int64_t r = 0; r < rows; ++r) std::copy(bp, bp + out, yp + r * out);
+    if (bias.defined()) {  // start C from the bias rows (a broadcast copy, split across threads), then C += x
+                           // W^T
+      const int64_t shape[2] = {rows, out}, bias_strides[2] = {0, bias.strides()[0]};
+      kernels::copy_strided<T>(2, shape, bias.data<T>(), bias_strides, yp);
     }
     const T beta = bias.defined() ? T(1) : T(0);
     if (packed)

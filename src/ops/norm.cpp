@@ -50,13 +50,15 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
       // xhat = (x - mean) * rstd;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight;
       // dweight = sum_rows(dy * xhat);  dbias = sum_rows(dy)
       if (creating_graph()) return backward_through([&] { return layer_norm_composite(x_in, weight, bias, eps); }, dy);
-      Tensor dx = x_in.requires_grad() ? grad_buffer_zeroed(x_in) : Tensor();
+      bool fresh = false;  // a fresh dx is written, not accumulated into (no zero-fill pass)
+      Tensor dx = x_in.requires_grad() ? grad_buffer(x_in, &fresh) : Tensor();
       Tensor dw = weight.defined() && weight.requires_grad() ? grad_buffer_zeroed(weight) : Tensor();
       Tensor db = bias.defined() && bias.requires_grad() ? grad_buffer_zeroed(bias) : Tensor();
       visit_float(x.dtype(), "backward", [&]<class T>() {
-        kernels::layer_norm_backward<T>(rows, C, x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<T>(),
-                                        rstd.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr,
-                                        dw.defined() ? dw.data<T>() : nullptr, db.defined() ? db.data<T>() : nullptr);
+        kernels::layer_norm_backward<T>(
+            rows, C, x.data<T>(), w.defined() ? w.data<T>() : nullptr, mean.data<T>(), rstd.data<T>(),
+            dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
+            db.defined() ? db.data<T>() : nullptr, !fresh);
       });
     });
   }

@@ -136,9 +136,10 @@ Tensor softmax(const Tensor& x_in, const SoftmaxSpec& spec) {
     record(OpKind::softmax, {x_in}, y, [x_in, y, rows, cols, scale, spec](const Tensor& dy) {
       // dx = scale * y * (dy - sum(dy * y))
       if (creating_graph()) return backward_through([&] { return softmax_composite(x_in, spec); }, dy);
-      Tensor dx = grad_buffer_zeroed(x_in);
+      bool fresh = false;  // a fresh dx is written, not accumulated into (no zero-fill pass)
+      Tensor dx = grad_buffer(x_in, &fresh);
       visit_float(y.dtype(), "backward", [&]<class T>() {
-        kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale);
+        kernels::softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), scale, !fresh);
       });
     });
   }
@@ -158,9 +159,10 @@ Tensor log_softmax(const Tensor& x_in) {
     record(OpKind::log_softmax, {x_in}, y, [x_in, y, rows, cols](const Tensor& dy) {
       // dx = dy - exp(y) * sum(dy)
       if (creating_graph()) return backward_through([&] { return log_softmax_composite(x_in); }, dy);
-      Tensor dx = grad_buffer_zeroed(x_in);
+      bool fresh = false;
+      Tensor dx = grad_buffer(x_in, &fresh);
       visit_float(y.dtype(), "backward", [&]<class T>() {
-        kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>());
+        kernels::log_softmax_backward<T>(rows, cols, y.data<T>(), dy.data<T>(), dx.data<T>(), !fresh);
       });
     });
   }
@@ -208,9 +210,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int ignore_
       if (creating_graph())
         return backward_through(
             [&] { return cross_entropy_composite(logits_in, tg, ignore_index, label_smoothing); }, dy);
-      Tensor dx = grad_buffer_zeroed(logits_in);
+      bool fresh = false;
+      Tensor dx = grad_buffer(logits_in, &fresh);
       visit_float(grad.dtype(), "backward", [&]<class T>() {
-        kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), true);
+        kernels::affine<T>(grad.numel(), grad.data<T>(), *dy.data<T>(), T(0), dx.data<T>(), !fresh);
       });
     });
   }

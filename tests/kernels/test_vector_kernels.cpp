@@ -188,7 +188,7 @@ TEST_CASE("exp for softmax (x <= 0), seen through log_softmax_backward", "[kerne
     Config cfg(isa, 1);
     CAPTURE(k::isa_name(isa));
     std::vector<float> dx(y.size(), 0.0f);
-    k::log_softmax_backward<float>(1, n, y.data(), dy.data(), dx.data());
+    k::log_softmax_backward<float>(1, n, y.data(), dy.data(), dx.data(), true);
     // Stated bounds (math.hpp, exp_nonpositive): 0.75 eps relative over the whole range with the
     // table reduction (AVX2, AVX-512); (1 + |x|/40) eps with SSE2's degree-6 polynomial. Reported:
     // the worst on [-10, 0] and overall.
@@ -730,28 +730,31 @@ TEST_CASE("softmax_backward, log_softmax and log_softmax_backward match the refe
   // softmax_backward: dot reordered (cols eps * sum|dy y|), one fma: atol (4 + cols/4) eps * max|dy|.
   // log_softmax: y = x - lse, lse within a few eps of |lse|: atol 4 eps * (|x| + |lse|) ~ 64 eps.
   // log_softmax_backward: sum(dy) reordered, exp 2 eps: atol (4 + cols/4) eps * max|dy|.
+  // Without accumulate the gradient buffer starts as NaN: it must be written, never read.
   const int threads = GENERATE(1, 2);
   const int64_t cols = GENERATE(from_range(kSizes.begin(), kSizes.end()));
   const int64_t rows = GENERATE(1, 3, 67);
-  CAPTURE(rows, cols, threads);
+  const bool accumulate = GENERATE(true, false);
+  CAPTURE(rows, cols, threads, accumulate);
   const auto x = random_vec(rows * cols, -8, 8, 81);
   const auto dy = random_vec(rows * cols, -1, 1, 82);
-  const auto dx0 = random_vec(rows * cols, -1, 1, 83);
+  const auto dx0 = accumulate ? random_vec(rows * cols, -1, 1, 83)
+                              : std::vector<float>(x.size(), std::numeric_limits<float>::quiet_NaN());
   std::vector<float> y(x.size()), ly(x.size());
   ref::softmax<float>(rows, cols, x.data(), y.data(), {});
   ref::log_softmax<float>(rows, cols, x.data(), ly.data());
   auto sb_want = dx0, lb_want = dx0;
-  ref::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb_want.data(), 0.7);
-  ref::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb_want.data());
+  ref::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb_want.data(), 0.7, accumulate);
+  ref::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb_want.data(), accumulate);
   const double red = (4 + double(cols) / 4) * kEps;
   for_each_isa(threads, [&](const std::string&) {
     auto sb = dx0, lb = dx0;
     std::vector<float> lgot(x.size());
-    k::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb.data(), 0.7);
+    k::softmax_backward<float>(rows, cols, y.data(), dy.data(), sb.data(), 0.7, accumulate);
     check_close(sb, sb_want, Tol{red, 0}, "softmax_backward");
     k::log_softmax<float>(rows, cols, x.data(), lgot.data());
     check_close(lgot, ly, Tol{64 * kEps, 0}, "log_softmax");
-    k::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb.data());
+    k::log_softmax_backward<float>(rows, cols, ly.data(), dy.data(), lb.data(), accumulate);
     check_close(lb, lb_want, Tol{red, 0}, "log_softmax_backward");
   });
 }
@@ -837,7 +840,12 @@ TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm
   ref::layer_norm<float>(rows, cols, x.data(), g, b, 1e-5, y_want.data(), mean.data(), rstd.data());
   auto dx_want = dx0, dg_want = dg0, db_want = db0;
   ref::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(),
-                                  dx_want.data(), dg_want.data(), db_want.data());
+                                  dx_want.data(), dg_want.data(), db_want.data(), true);
+  // Without accumulate dx starts as NaN: it must be written, never read (dgamma, dbeta still add).
+  const std::vector<float> dx_nan(dx0.size(), std::numeric_limits<float>::quiet_NaN());
+  auto dx_fresh_want = dx_nan, dg_fresh_want = dg0;
+  ref::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(),
+                                  dx_fresh_want.data(), dg_fresh_want.data(), nullptr, false);
   const double sum_err = (4 + 2 * std::sqrt(double(cols))) * kEps;
   std::vector<double> row_lim(static_cast<size_t>(rows)), row_absmax(static_cast<size_t>(rows), 0.0);
   for (int64_t i = 0; i < rows * cols; ++i)
@@ -864,19 +872,24 @@ TEST_CASE("layer_norm forward and backward match the reference", "[kernels][norm
     check_close(rs, rstd, Tol{0, 4 * sum_err}, "rstd");
     auto dx = dx0, dg = dg0, db = db0;
     k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx.data(),
-                                  dg.data(), db.data());
+                                  dg.data(), db.data(), true);
     check_within(dx, dx_want, elem_limit(dx), "dx");
+    auto dx_fresh = dx_nan, dg_fresh = dg0;
+    k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(),
+                                  dx_fresh.data(), dg_fresh.data(), nullptr, false);
+    check_within(dx_fresh, dx_fresh_want, elem_limit(dx_fresh), "dx (written, not accumulated)");
+    check_close(dg_fresh, dg_fresh_want, Tol{col_limit, 0}, "dgamma (dx written)");
     check_close(dg, dg_want, Tol{col_limit, 0}, "dgamma");
     check_close(db, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta");
     // any subset of the outputs may be skipped
     auto dx2 = dx0, db2 = db0;
     k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), dx2.data(),
-                                  nullptr, db2.data());
+                                  nullptr, db2.data(), true);
     check_within(dx2, dx_want, elem_limit(dx2), "dx (no dgamma)");
     check_close(db2, db_want, Tol{double(rows + 1) * kEps, 0}, "dbeta (no dgamma)");
     auto dg3 = dg0;
     k::layer_norm_backward<float>(rows, cols, x.data(), g, mean.data(), rstd.data(), dy.data(), nullptr,
-                                  dg3.data(), nullptr);
+                                  dg3.data(), nullptr, true);
     check_close(dg3, dg_want, Tol{col_limit, 0}, "dgamma (no dx)");
   });
 }
@@ -1122,7 +1135,7 @@ TEST_CASE("reductions give bitwise the same result with 1 and 2 threads", "[kern
                            rstd.data());
       std::vector<float> dx(x.size(), 0.0f), dg(size_t(cols), 0.0f), db(size_t(cols), 0.0f);
       k::layer_norm_backward<float>(rows, cols, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(),
-                                    dx.data(), dg.data(), db.data());
+                                    dx.data(), dg.data(), db.data(), true);
       o[0] = dx, o[1] = dg, o[2] = db;
       std::vector<float> bias(size_t(cols), 0.0f);
       const int64_t shape[2] = {rows, cols}, os[2] = {0, 1};
