@@ -75,6 +75,9 @@ float sum_squares_f32(int64_t n, const float* x) {
   return float(flat_sum<Arch, true>(x, n, true));
 }
 
+// Rows per partial of a long column sum (sum_axis with outer == 1).
+inline constexpr int64_t kAxisBlockRows = 256;
+
 // out[c] += sum_r x[r * ld + c] for c in [c0, c1), rows in order (the reference's order).
 template <class Arch>
 void add_rows(const float* x, int64_t rows, int64_t ld, int64_t c0, int64_t c1, float* out) {
@@ -166,6 +169,27 @@ void sum_axis_f32(int64_t outer, int64_t n, int64_t inner, const float* x, float
     parallel_ranges(outer, team_for(outer * n, outer), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) y[o] = float(flat_sum<Arch, false>(x + o * n, n, false));
     });
+    return;
+  }
+  if (outer == 1 && n >= 2 * kAxisBlockRows && n * inner >= kParallelMinWork) {  // sizes only, never nt
+    // One long column sum (a bias gradient: sum over a batch's rows of dy): blocks of kAxisBlockRows
+    // rows, each summed in order into a partial, the partials then added in block order. The blocks
+    // do not depend on the thread count, so neither does the result; thread t takes the t-th run of
+    // blocks, the rows the ops before it left in its core's cache. Columns split across the threads
+    // instead made each read every row, half of them from the other core: 2048 x 512 took 143 us on
+    // two threads against 71 on one (Zen 5, in the small Transformer's step).
+    const int64_t blocks = (n + kAxisBlockRows - 1) / kAxisBlockRows;
+    Scratch part(blocks * inner);
+    parallel_ranges(blocks, team_for(n * inner, blocks), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        float* pb = part.p + b * inner;
+        std::fill(pb, pb + inner, 0.0f);
+        const int64_t r0 = b * kAxisBlockRows;
+        add_rows<Arch>(x + r0 * inner, std::min(kAxisBlockRows, n - r0), inner, 0, inner, pb);
+      }
+    });
+    std::copy(part.p, part.p + inner, y);
+    for (int64_t b = 1; b < blocks; ++b) add_rows<Arch>(part.p + b * inner, 1, inner, 0, inner, y);
     return;
   }
   // k in order into y[o, :], the reference's order; items are (o, batch-aligned column chunk).
