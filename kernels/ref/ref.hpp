@@ -21,7 +21,7 @@ namespace tapegrad::kernels::ref {
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
+          int64_t ldb, T beta, T* C, int64_t ldc, const T* bias = nullptr) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       T acc = 0;
@@ -30,7 +30,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
         const T b = tb ? B[j * ldb + k] : B[k * ldb + j];
         acc += a * b;
       }
-      C[i * ldc + j] = beta == T(0) ? alpha * acc : alpha * acc + beta * C[i * ldc + j];
+      const T add = (bias ? bias[j] : T(0)) + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
+      C[i * ldc + j] = alpha * acc + add;
     }
   }
 }

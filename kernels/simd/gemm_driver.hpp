@@ -1,8 +1,9 @@
-// GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C for one instruction set.
+// GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C (+ a bias row added to every
+// row of C) for one instruction set.
 //
 // The nest, outermost first, for each unit of C (a rectangle of whole tiles; block sizes from
 // gemm_config.hpp):
-//   for each depth block of kc                               (beta applies on the first only)
+//   for each depth block of kc                      (beta and the bias apply on the first only)
 //     for each block of nc columns of the unit: its B block packed      (private, L2)
 //       for each chunk of rows of the unit                   (transposed A: transposed now, L2)
 //         for each group of MR rows                          (MR x kc of A stays in L1)
@@ -54,15 +55,18 @@ inline thread_local unsigned long long tg_prof[4];
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-// C = beta * C over an M x N window (K == 0 or alpha == 0): BLAS semantics, A and B unread.
+// C = beta * C (+ bias in every row) over an M x N window (K == 0 or alpha == 0): BLAS semantics, A
+// and B unread.
 template <class T>
-void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc, const T* bias) {
   for (int64_t i = 0; i < M; ++i) {
     T* c = C + i * ldc;
     if (beta == T(0))
       std::fill(c, c + N, T(0));
     else if (beta != T(1))
       for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    if (bias)
+      for (int64_t j = 0; j < N; ++j) c[j] += bias[j];
   }
 }
 
@@ -95,6 +99,10 @@ struct GemmDriver {
     int64_t ldc;
     // op(B) already packed (see pack_whole_b), or null: then each unit packs its own B panels.
     const T* b_packed = nullptr;
+    // N values added to every row of C (a linear layer's bias), or null.
+    const T* bias = nullptr;
+    // The bias of the tile at column j in depth block k0: only the first block adds it.
+    const T* bias_at(int64_t k0, int64_t j) const { return bias && k0 == 0 ? bias + j : nullptr; }
     // Transposed A is packed (see a_in_panels), unless it is small enough to be read in place
     // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= max_unpacked_a<Tile>(); }
@@ -232,16 +240,18 @@ struct GemmDriver {
   // reads (b, ldb: B in place) at b_out.
   template <bool AK>
   static void first_use_tile(bool pack_a, bool pack_b, int64_t kb, const T* a, int64_t lda, const T* b,
-                             int64_t ldb, T* c, int64_t ldc, T alpha, T beta, int rows, T* a_out, T* b_out) {
+                             int64_t ldb, T* c, int64_t ldc, T alpha, T beta, int rows, T* a_out, T* b_out,
+                             const T* bias) {
     if constexpr (AK) {
       if (pack_a && pack_b)
         return micro_kernel<Arch, T, MR, NV, AK, true, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
-                                                             NR, b_out, a_out);
+                                                             NR, b_out, a_out, bias);
       if (pack_a)
         return micro_kernel<Arch, T, MR, NV, AK, false, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
-                                                              NR, nullptr, a_out);
+                                                              NR, nullptr, a_out, bias);
     }
-    micro_kernel<Arch, T, MR, NV, AK, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows, NR, b_out);
+    micro_kernel<Arch, T, MR, NV, AK, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows, NR, b_out, nullptr,
+                                            bias);
   }
 
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
@@ -337,18 +347,20 @@ struct GemmDriver {
               const T* bp = packed ? panels + jp * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
+              const T* bias = pr.bias_at(k0, j0 + jp * NR);
               const bool pack_b_now = ip == mp_lo && jp < first_use;
               const bool pack_a_now = a_first_use && j0 == n_lo && jp == 0;
               if (pack_a_now || pack_b_now)
                 first_use_tile<AK>(
                     pack_a_now, pack_b_now, kb, pack_a_now ? pr.a + ip * MR + k0 * pr.a_cs : ap,
                     pack_a_now ? pr.a_cs : lda, pack_b_now ? b_src + jp * NR : bp, pack_b_now ? pr.b_ks : ldb,
-                    c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs);
+                    c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs, bias);
               else if (cols == NR)
-                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols);
+                micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
+                                                  nullptr, nullptr, bias);
               else
                 edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
-                                                nullptr, nullptr);
+                                                nullptr, nullptr, bias);
             };
             if (rows_outer) {
               // MR rows of A stay in L1 while the B panels stream past.
@@ -384,17 +396,19 @@ struct GemmDriver {
   }
 
   // One GEMM on up to nt threads. b_packed: op(B) as pack_whole_b left it (B is still passed: the
-  // small-matrix path reads it in place).
+  // small-matrix path reads it in place). bias: N values added to every row of C, or null.
   static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt, const T* b_packed = nullptr) {
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt, const T* b_packed = nullptr,
+                   const T* bias = nullptr) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == T(0)) {
-      scale_c(M, N, beta, C, ldc);
+      scale_c(M, N, beta, C, ldc, bias);
       return;
     }
     // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
     // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
-    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, b_packed};
+    Problem pr{M, N,   K,        alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1,
+               C, ldc, b_packed, bias};
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
@@ -453,11 +467,13 @@ struct GemmDriver {
     const int64_t as = pr.a_cs;
     auto put = [&](int64_t j, T sum) {  // BLAS semantics: beta = 0 never reads C
       T& c = pr.c[j];
-      c = pr.alpha * sum + (pr.beta == T(0) ? T(0) : pr.beta * c);
+      const T add = (pr.bias ? pr.bias[j] : T(0)) + (pr.beta == T(0) ? T(0) : pr.beta * c);
+      c = pr.alpha * sum + add;
     };
     auto put_vector = [&](int64_t j, const V& sum) {
       V r = V(pr.alpha) * sum;
       if (pr.beta != T(0)) r = xsimd::fma(V(pr.beta), V::load_unaligned(pr.c + j), r);
+      if (pr.bias) r += V::load_unaligned(pr.bias + j);
       r.store_unaligned(pr.c + j);
     };
     if (pr.b_js == 1) {  // c[j] = sum_k a_k b[k, j]: rows of B stream past four vectors of C
@@ -541,16 +557,17 @@ struct GemmDriver {
         const int cols = int(std::min<int64_t>(NR, pr.N - j));
         T* c = pr.c + i * pr.ldc + j;
         const T* bp = pr.b + j;
+        const T* bias = pr.bias_at(0, j);
         if (cols == NR) {
           if (ak)
             micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
-                                                rows, cols);
+                                                rows, cols, nullptr, nullptr, bias);
           else
             micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
-                                                 rows, cols);
+                                                 rows, cols, nullptr, nullptr, bias);
         } else {
           const auto fn = ak ? kernels<true>().fn[cols / W - 1] : kernels<false>().fn[cols / W - 1];
-          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr, nullptr);
+          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr, nullptr, bias);
         }
       }
     }

@@ -15,6 +15,9 @@
 //     is cut by the matrix edge must be packed.
 //   - c: the rows x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
 //     When beta == 0, C is never read (NaN or Inf in C do not propagate).
+//   - bias: null, or the tile's n_valid column values (contiguous), added to every row of the tile:
+//     C = alpha * (a . b) + (bias + beta * C). A linear layer's bias this way costs NVE loads a
+//     tile instead of a pass that writes all of C before the product (and the product's read of it).
 //   - Full tiles (rows == MR, n_valid == NVE*W) are stored straight from registers; a short or
 //     ragged tile goes through a small stack tile so nothing outside rows x n_valid is touched.
 //   - kc >= 1 (the driver handles K == 0 itself).
@@ -42,12 +45,10 @@
 namespace tapegrad::kernels::simd::gemm_detail {
 
 template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
-__attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, const T* __restrict a,
-                                                                 int64_t lda, const T* __restrict b,
-                                                                 int64_t ldb, T* __restrict c, int64_t ldc,
-                                                                 T alpha, T beta, int rows, int n_valid,
-                                                                 T* __restrict b_out = nullptr,
-                                                                 T* __restrict a_out = nullptr) {
+__attribute__((noinline, no_sanitize_address)) void micro_kernel(
+    int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b, int64_t ldb, T* __restrict c,
+    int64_t ldc, T alpha, T beta, int rows, int n_valid, T* __restrict b_out = nullptr,
+    T* __restrict a_out = nullptr, const T* __restrict bias = nullptr) {
   static_assert(!PackA || AK, "A is packed into column-major panels");
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
@@ -92,7 +93,20 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
 
   const V va(alpha);
   if (rows == MRE && n_valid == NVE * W) {
-    if (beta == T(0)) {
+    if (bias) {
+      V vbias[NVE];
+#pragma GCC unroll 8
+      for (int j = 0; j < NVE; ++j) vbias[j] = V::load_unaligned(bias + j * W);
+      const V vb(beta);
+#pragma GCC unroll 16
+      for (int i = 0; i < MRE; ++i)
+#pragma GCC unroll 8
+        for (int j = 0; j < NVE; ++j) {
+          T* p = c + i * ldc + j * W;
+          const V add = beta == T(0) ? vbias[j] : xsimd::fma(vb, V::load_unaligned(p), vbias[j]);
+          xsimd::fma(va, acc[i][j], add).store_unaligned(p);
+        }
+    } else if (beta == T(0)) {
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
@@ -117,7 +131,11 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
     for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
   for (int i = 0; i < rows; ++i) {
     T* p = c + i * ldc;
-    if (beta == T(0))
+    if (bias && beta == T(0))
+      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + bias[j];
+    else if (bias)
+      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + (bias[j] + beta * p[j]);
+    else if (beta == T(0))
       for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j];
     else
       for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + beta * p[j];
@@ -126,7 +144,7 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(int64_t kc, con
 
 template <class T>
 using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int, T*,
-                               T*);
+                               T*, const T*);
 
 // The instances by width: fn[v - 1] computes v vectors (and any number of rows up to MR).
 template <class Arch, class T, int MR, int NV, bool AK>

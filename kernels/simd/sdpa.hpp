@@ -73,7 +73,7 @@ void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
     for (int64_t i = 0; i < m; i += Tile::MR) {
       const int rows = int(std::min<int64_t>(Tile::MR, m - i));
       fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid,
-         nullptr, nullptr);
+         nullptr, nullptr, nullptr);
     }
   }
 }

@@ -411,6 +411,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                      " bias=" + (bias.defined() ? to_string(bias.shape()) : std::string("none")));
   const Tensor xc = detail::contiguous_data(x);
   const Tensor w = detail::contiguous_data(weight);
+  const Tensor b = bias.defined() ? detail::contiguous_data(bias) : Tensor();
   const int64_t in = w.size(1), out = w.size(0), rows = xc.numel() / std::max<int64_t>(in, 1);
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out;
@@ -418,16 +419,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const std::shared_ptr<PackedWeight> packed = packed_weight(weight, w);
   visit_float(x.dtype(), "linear", [&]<class T>() {
     T* yp = y.data<T>();
-    if (bias.defined()) {  // start C from the bias rows (a broadcast copy, split across threads), then C += x
-                           // W^T
-      const int64_t shape[2] = {rows, out}, bias_strides[2] = {0, bias.strides()[0]};
-      kernels::copy_strided<T>(2, shape, bias.data<T>(), bias_strides, yp);
-    }
-    const T beta = bias.defined() ? T(1) : T(0);
+    const T* bp = b.defined() ? b.data<T>() : nullptr;  // added as the GEMM stores its tiles
     if (packed)
-      kernels::gemm_packed_b<T>(false, rows, T(1), xc.data<T>(), in, packed->get<T>(false), beta, yp, out);
+      kernels::gemm_packed_b<T>(false, rows, T(1), xc.data<T>(), in, packed->get<T>(false), T(0), yp, out,
+                                bp);
     else
-      kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in, beta, yp, out);
+      kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in, T(0), yp, out,
+                       bp);
   });
   std::vector<Tensor> inputs = {x, weight};
   if (bias.defined()) inputs.push_back(bias);

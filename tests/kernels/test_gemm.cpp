@@ -67,12 +67,13 @@ struct Shape {
   int64_t M, N, K;
   int64_t pad;  // extra elements per row on every leading dimension
   double alpha, beta;
+  bool bias = false;  // a random row of N values added to every row of C
 };
 
 std::string describe(const Shape& s) {
   return std::string(s.ta ? "t" : "n") + (s.tb ? "t" : "n") + " M=" + std::to_string(s.M) +
          " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) + " pad=" + std::to_string(s.pad) +
-         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
+         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta) + (s.bias ? " bias" : "");
 }
 
 // Leading dimensions of a case's stored matrices (row-major, `pad` extra elements per row).
@@ -102,9 +103,10 @@ std::vector<T> initial_c(const Shape& s, const Dims& d, uint32_t seed) {
 
 // The reference result and the per-element error bound (see the file comment) of one matrix.
 template <class T>
-void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C0, T* ref, T* bound) {
+void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C0, const T* bias, T* ref,
+               T* bound) {
   std::copy(C0, C0 + d.c_size(), ref);
-  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A, d.lda, B, d.ldb, T(s.beta), ref, d.ldc);
+  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A, d.lda, B, d.ldb, T(s.beta), ref, d.ldc, bias);
   std::vector<T> absA(d.a_size()), absB(d.b_size());
   for (size_t i = 0; i < absA.size(); ++i) absA[i] = std::abs(A[i]);
   for (size_t i = 0; i < absB.size(); ++i) absB[i] = std::abs(B[i]);
@@ -116,8 +118,9 @@ void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C
     for (int64_t j = 0; j < s.N; ++j) {
       const size_t ix = size_t(i * d.ldc + j);
       const double c = s.beta == 0 ? 0.0 : std::abs(double(C0[ix]));
+      const double b = bias ? std::abs(double(bias[j])) : 0.0;
       bound[ix] =
-          T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c) +
+          T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c + b) +
             std::numeric_limits<T>::min());
     }
 }
@@ -144,29 +147,31 @@ template <class T>
 struct Problem {
   Shape s;
   Dims d;
-  std::vector<T> A, B, C0, ref, bound;
+  std::vector<T> A, B, C0, bias, ref, bound;
 
   explicit Problem(const Shape& sh) : s(sh), d(sh) {
     A = random_vector<T>(d.a_size(), 1);
     B = random_vector<T>(d.b_size(), 2);
     C0 = initial_c<T>(s, d, 3);
+    if (s.bias) bias = random_vector<T>(size_t(std::max<int64_t>(s.N, 1)), 4);
     ref.resize(d.c_size());
     bound.resize(d.c_size());
-    reference<T>(s, d, A.data(), B.data(), C0.data(), ref.data(), bound.data());
+    reference<T>(s, d, A.data(), B.data(), C0.data(), bias_data(), ref.data(), bound.data());
   }
+  const T* bias_data() const { return s.bias ? bias.data() : nullptr; }
 
   // Runs the dispatched GEMM on a fresh copy of C; returns the number of bad elements.
   int64_t check() const {
     std::vector<T> C = C0;
     k::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, B.data(), d.ldb, T(s.beta), C.data(),
-               d.ldc);
+               d.ldc, bias_data());
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
 
   // The same through a packed B (pack_b made by the caller, possibly on another ISA).
   int64_t check_packed(const k::PackedB<T>& pb) const {
     std::vector<T> C = C0;
-    k::gemm_packed_b<T>(s.ta, s.M, T(s.alpha), A.data(), d.lda, pb, T(s.beta), C.data(), d.ldc);
+    k::gemm_packed_b<T>(s.ta, s.M, T(s.alpha), A.data(), d.lda, pb, T(s.beta), C.data(), d.ldc, bias_data());
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
   // Packs B into `buf` (resized to the active path's packed size).
@@ -261,6 +266,43 @@ TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][g
   check_everywhere<TestType>({ta, tb, M, N, K, 2, alpha, beta});
 }
 
+TEMPLATE_TEST_CASE("gemm: a bias row added to every row of C, on the first depth block only",
+                   "[kernels][gemm]", float, double) {
+  // A linear layer's bias, added as the tiles are stored. Full and ragged tiles (N around the
+  // vectors and panels), the small-matrix and one-row paths, several depth blocks (K 600, 1100: the
+  // bias must be added once), the narrow tile (N <= 32), a tall product in bands at 2 threads (300 x
+  // 40), B packed on first use (64 x 256 x 768), with beta 0 (C never read) and beta != 0.
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{1, 1, 1},
+                                                              {7, 3, 2},
+                                                              {33, 17, 65},
+                                                              {6, 64, 512},
+                                                              {129, 70, 600},
+                                                              {300, 40, 100},
+                                                              {20, 32, 32},
+                                                              {64, 256, 768},
+                                                              {17, 257, 1100},
+                                                              {1, 70, 45},
+                                                              {1, 35, 300},
+                                                              {5, 7, 0}}));
+  const double alpha = GENERATE(1.0, -0.5), beta = GENERATE(0.0, 0.75);
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  const Shape s{ta, tb, M, N, K, 1, alpha, beta, true};
+  check_everywhere<TestType>(s);
+  // The same through a packed B, on every ISA and both thread counts.
+  KernelStateGuard guard;
+  const Problem<TestType> p(s);
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    std::vector<TestType> buf;
+    const k::PackedB<TestType> pb = p.pack(buf);
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(describe(s), k::isa_name(isa), threads);
+      CHECK(p.check_packed(pb) == 0);
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("gemm: K == 0 scales C by beta; empty M or N leave C alone", "[kernels][gemm]", float,
                    double) {
   const double beta = GENERATE(0.0, 1.0, 0.25);
@@ -300,7 +342,7 @@ TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes"
   }
   std::vector<T> ref(C0.size()), bound(C0.size());
   for (int64_t b = 0; b < batch; ++b)
-    reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, ref.data() + b * sc,
+    reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, nullptr, ref.data() + b * sc,
                  bound.data() + b * sc);
 
   on_every_isa_and_thread_count([&] {
@@ -364,7 +406,8 @@ TEMPLATE_TEST_CASE("gemm_nd_batched: batch dims that do not merge run as one bat
   for (int64_t m = 0; m < count; ++m) {
     const int64_t oa = offset(cs.a, m) * int64_t(d.a_size()), ob = offset(cs.b, m) * int64_t(d.b_size()),
                   oc = offset(cs.c, m) * int64_t(d.c_size());
-    reference<T>(s, d, A.data() + oa, B.data() + ob, C0.data() + oc, ref.data() + oc, bound.data() + oc);
+    reference<T>(s, d, A.data() + oa, B.data() + ob, C0.data() + oc, nullptr, ref.data() + oc,
+                 bound.data() + oc);
   }
 
   on_every_isa_and_thread_count([&] {
