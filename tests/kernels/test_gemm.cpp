@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -300,6 +301,42 @@ TEMPLATE_TEST_CASE("gemm: a bias row added to every row of C, on the first depth
       CAPTURE(describe(s), k::isa_name(isa), threads);
       CHECK(p.check_packed(pb) == 0);
     }
+  }
+}
+
+TEMPLATE_TEST_CASE("gemm: a long-depth product split in two halves of K, bitwise the same at 1 and 2 threads",
+                   "[kernels][gemm]", float, double) {
+  // Weight gradients (K the batch's rows, C small) are computed as two halves of the depth, the
+  // upper one into a partial added at the end (gemm_driver.hpp, split_depth); the split depends on
+  // the shape only, so 1 and 2 threads must agree bit for bit. Around the limits: K 1024 (the least
+  // split), 1023 (not split), K just under 4 max(M, N) (not split), odd K, a C cut inside the tiles.
+  auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{128, 128, 2048},
+                                                              {32, 128, 2048},
+                                                              {130, 140, 2101},
+                                                              {17, 257, 1100},
+                                                              {64, 256, 1024},
+                                                              {64, 256, 1023},
+                                                              {300, 260, 1100},
+                                                              {7, 3, 1500}}));
+  const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
+  const double beta = GENERATE(0.0, 0.5);
+  const Shape s{ta, tb, M, N, K, 1, 1.0, beta, beta != 0.0};
+  KernelStateGuard guard;
+  const Problem<TestType> p(s);
+  for (k::Isa isa : k::available_isas()) {
+    k::set_isa(isa);
+    std::vector<TestType> c[2];
+    for (int threads : {1, 2}) {
+      k::set_num_threads(threads);
+      CAPTURE(describe(s), k::isa_name(isa), threads);
+      c[threads - 1] = p.C0;
+      k::gemm<TestType>(ta, tb, M, N, K, TestType(1), p.A.data(), p.d.lda, p.B.data(), p.d.ldb,
+                        TestType(beta), c[threads - 1].data(), p.d.ldc, p.bias_data());
+      CHECK(count_bad<TestType>(s, p.d, p.C0.data(), p.ref.data(), p.bound.data(), c[threads - 1].data()) ==
+            0);
+    }
+    CAPTURE(describe(s), k::isa_name(isa));
+    CHECK(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(TestType)) == 0);
   }
 }
 
