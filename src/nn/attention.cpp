@@ -96,14 +96,14 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
       k = split_heads(k_proj->forward(memory), Tk), v = split_heads(v_proj->forward(memory), Tk);
     }
   }
-  const bool fused = !cache && (path_ == AttentionPath::fused ||
-                                (path_ == AttentionPath::automatic && Tq * Tk >= kFusedMinScores));
+  const bool dropping = drop_->training() && drop_->p() > 0;
+  const bool fused = !cache && (path_ == AttentionPath::fused || (path_ == AttentionPath::automatic &&
+                                                                  (!dropping || Tq * Tk >= kFusedMinScores)));
   if (fused) {  // the rule: AttentionPath (attention.hpp)
     // The fused op reads the views in place, keeps no [B,H,Tq,Tk] weights for backward and draws
     // the dropout mask the unfused path would (same generator draw, same counter-based mask over the
     // [B,H,Tq,Tk] weights), so both paths compute the same thing.
-    const bool drop = drop_->training() && drop_->p() > 0;
-    const AttentionSpec spec{scale, mask, causal, drop ? drop_->p() : 0.0, drop ? gen.next_u64() : 0};
+    const AttentionSpec spec{scale, mask, causal, dropping ? drop_->p() : 0.0, dropping ? gen.next_u64() : 0};
     const Tensor o = scaled_dot_product_attention(q, k, v, spec);  // [B,Tq,H,dk]
     if (keep_weights_) {  // inspection: the weights (before dropout) recomputed, off the tape
       NoGrad no_grad;

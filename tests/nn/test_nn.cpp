@@ -1,5 +1,6 @@
 // nn modules: float64 gradient checks of every module at tiny sizes, parameter naming, positional
 // encodings, activation and attention-score choices, and padding semantics of the recurrent stack.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -91,6 +92,34 @@ TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn
   const Tensor mask = nn::key_padding_mask(ids, DType::f64);
   check_module(mha, {x}, [&] { return mha.forward(x, x, {}, true, g); }, "MHA self causal");
   check_module(mha, {x, mem}, [&] { return mha.forward(x, mem, mask, false, g); }, "MHA cross padded");
+}
+
+TEST_CASE("MultiHeadAttention: the automatic path is fused unless a dropout mask is drawn on short sequences",
+          "[nn]") {
+  // Fused where no dropout mask must be drawn again backward (dropout 0, or evaluation), and from
+  // 256 x 256 scores on; else the unfused ops (matmul, softmax, dropout, matmul) on the tape.
+  auto fused_on_tape = [](nn::MultiHeadAttention& mha, int64_t T) {
+    Generator data(3), gen(4);
+    const Tensor x = Tensor::randn({2, T, 8}, data);
+    current_tape().clear();
+    mha.forward(x, x, {}, true, gen);
+    const auto& entries = current_tape().entries();
+    const bool fused = std::any_of(entries.begin(), entries.end(), [](const auto& e) {
+      return e.op == OpKind::scaled_dot_product_attention;
+    });
+    const bool matmul =
+        std::any_of(entries.begin(), entries.end(), [](const auto& e) { return e.op == OpKind::matmul; });
+    CHECK(fused != matmul);  // one path or the other
+    current_tape().clear();
+    return fused;
+  };
+  Generator init(5);
+  nn::MultiHeadAttention plain(8, 2, 0.0, init), dropping(8, 2, 0.2, init);
+  CHECK(fused_on_tape(plain, 5));
+  CHECK_FALSE(fused_on_tape(dropping, 5));
+  CHECK(fused_on_tape(dropping, 256));
+  dropping.eval();
+  CHECK(fused_on_tape(dropping, 5));
 }
 
 TEST_CASE("MultiHeadAttention: fused and unfused paths agree, dropout and kept weights included", "[nn]") {

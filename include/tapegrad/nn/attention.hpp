@@ -30,13 +30,20 @@ struct KvCache {
 /// ```
 ///   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
 ///   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
-///   automatic (the default): fused when Tq * Tk >= kFusedMinScores and no KV cache is in use, else
-///            unfused. Measured on one Zen 3 core (AVX2, bench/bench_attention.cpp): the fused op takes
-///            1.0-1.4x the unfused time at every T from 32 to 2048 (it computes the scores twice),
-///            but keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at T = 2048 (8 heads
-///            of 64), so it pays where the T^2 weights start to dominate memory, from 256 x 256 on.
-///            The choice depends on sizes only, never on the thread count, so training stays bitwise
-///            the same at any thread count.
+///   automatic (the default): fused when no KV cache is in use and either no dropout mask is drawn
+///            on the weights (dropout 0, or evaluation) or Tq * Tk >= kFusedMinScores; else unfused.
+///            Memory: the fused op keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at
+///            T = 2048 (8 heads of 64), so it takes over from 256 x 256 on whatever it costs. Time,
+///            in the models (whole training steps, the two paths alternating, 2-core Zen 5): without
+///            dropout the fused op wins even on short sequences, because it reads the heads where
+///            the projections left them and writes their gradients back there, where the unfused
+///            ops copy q, k, v and o between [B, T, H, d] and [B, H, T, d] and keep the weights:
+///            the small Transformer of bench_train (T 32, 4 heads of 32) 52.5-53.7 -> 46.0-47.3 ms
+///            at 2 threads, even at 1; the GPT recipe (T 64) 1-6% faster at 1 and 2 threads. With
+///            dropout the fused backward draws the mask again: the Spanish-English Transformer
+///            (dropout 0.1) ran 6-12% slower fused at 2 threads, so it keeps the unfused ops there.
+///            The choice depends on sizes and the model's mode only, never on the thread count, so
+///            training stays bitwise the same at any thread count.
 /// ```
 /// A KV cache always takes the unfused path.
 enum class AttentionPath { automatic, fused, unfused };
