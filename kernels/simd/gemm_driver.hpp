@@ -407,8 +407,8 @@ struct GemmDriver {
     }
     // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
     // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
-    Problem pr{M, N,   K,        alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1,
-               C, ldc, b_packed, bias};
+    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc,
+               b_packed, bias};
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
