@@ -471,12 +471,12 @@ struct GemmDriver {
         for (int64_t j = 0; j < pr.N; ++j) c[j] += p[j];
       }
     };
-    if (nt <= 1) {
+    auto one_thread = [&] {
       run_thread(lo, 0, 1, Units{1, 1}, nullptr, nullptr);
       run_thread(hi, 0, 1, Units{1, 1}, nullptr, nullptr);
       add_rows(0, pr.M);
-      return;
-    }
+    };
+    if (nt <= 1) return one_thread();
     // Threads [0, n_lo) take the lower half, the rest the upper, each half cut as choose_units says.
     const int n_lo = nt / 2, n_hi = nt - n_lo;
     const Units u_lo = choose_units(lo, n_lo), u_hi = choose_units(hi, n_hi);
@@ -487,11 +487,7 @@ struct GemmDriver {
     {
       const int tid = omp_get_thread_num();
       if (omp_get_num_threads() != nt) {  // fewer threads granted than asked: thread 0 does it all
-        if (tid == 0) {
-          run_thread(lo, 0, 1, Units{1, 1}, nullptr, nullptr);
-          run_thread(hi, 0, 1, Units{1, 1}, nullptr, nullptr);
-          add_rows(0, pr.M);
-        }
+        if (tid == 0) one_thread();
       } else {
         const auto t0 = TeamRun::Clock::now();
         if (tid < n_lo)
