@@ -324,10 +324,11 @@ void register_adam(int64_t n) {
     float* m = buffer("m" + suffix, n, 0, 0.1f).data();
     float* v = buffer("v" + suffix, n, 0, 0.1f).data();
     const float* g = buffer("grad", n).data();
+    const k::AdamTensor<float> x{n, param, g, m, v};
     if (simd)
-      k::adam_update<float>(n, param, g, m, v, p);
+      k::adam_update<float>(1, &x, p);
     else
-      ref::adam_update<float>(n, param, g, m, v, p);
+      ref::adam_update<float>(1, &x, p);
   };
   for (int t : {1, 2}) {
     const std::string tail = tail_of(std::to_string(n), t);

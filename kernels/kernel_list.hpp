@@ -123,9 +123,11 @@ TG_KERNEL(void, layer_norm_backward,
 // y[i, :] = table[ids[i], :]; ids already validated by the caller.
 TG_KERNEL(void, embedding, (int64_t n, int64_t dim, const T* table, const int32_t* ids, T* y),
           (n, dim, table, ids, y))
-// dtable[ids[i], :] += dy[i, :] (repeated ids accumulate, in index order).
-TG_KERNEL(void, embedding_backward, (int64_t n, int64_t dim, const int32_t* ids, const T* dy, T* dtable),
-          (n, dim, ids, dy, dtable))
+// dtable[ids[i], :] += dy[i, :] (repeated ids accumulate, in index order) over a table of `rows`
+// rows (every id below it); without accumulate dtable is overwritten: rows no id names become zero.
+TG_KERNEL(void, embedding_backward,
+          (int64_t n, int64_t dim, int64_t rows, const int32_t* ids, const T* dy, T* dtable, bool accumulate),
+          (n, dim, rows, ids, dy, dtable, accumulate))
 
 // ---------------------------------------------------------------------------------------------
 // Additive (Bahdanau) attention scores, fused: keys [B, S, A], query [B, A], v [A], all contiguous.
@@ -184,8 +186,9 @@ TG_KERNEL(void, gru_cell_backward,
 // ---------------------------------------------------------------------------------------------
 // Optimizer updates (in place).
 
-TG_KERNEL(void, adam_update, (int64_t n, T* param, const T* grad, T* m, T* v, const AdamParams& p),
-          (n, param, grad, m, v, p))
+// Adam / AdamW over `count` tensors in one call (one thread team for all of a model's parameters).
+TG_KERNEL(void, adam_update, (int64_t count, const AdamTensor<T>* tensors, const AdamParams& p),
+          (count, tensors, p))
 
 // ---------------------------------------------------------------------------------------------
 // Dropout: y[i] = (accumulate ? y[i] : 0) + (keep(i) ? x[i] * (1 / (1 - p)) : 0), keep(i) iff

@@ -37,6 +37,18 @@ struct AdamParams {
   int64_t step;  // 1-based, for bias correction
 };
 
+// One tensor of an adam_update: n elements each of param, grad and the moments m and v; decay
+// false leaves it out of the weight decay (biases and norms without AdamOptions::decay_vectors).
+template <class T>
+struct AdamTensor {
+  int64_t n;
+  T* param;
+  const T* grad;
+  T* m;
+  T* v;
+  bool decay = true;
+};
+
 // A gradient output of a backward kernel that can write as well as add: data null means the
 // gradient is not wanted; overwrite means the buffer holds no earlier gradient, so the kernel writes
 // it instead of adding to it (and need not have it zeroed first).

@@ -390,7 +390,9 @@ void embedding(int64_t n, int64_t dim, const T* table, const int32_t* ids, T* y)
 }
 
 template <class T>
-void embedding_backward(int64_t n, int64_t dim, const int32_t* ids, const T* dy, T* dtable) {
+void embedding_backward(int64_t n, int64_t dim, int64_t rows, const int32_t* ids, const T* dy, T* dtable,
+                        bool accumulate) {
+  if (!accumulate) std::fill(dtable, dtable + rows * dim, T(0));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < dim; ++d) dtable[int64_t(ids[i]) * dim + d] += dy[i * dim + d];
 }
@@ -586,19 +588,23 @@ void gru_cell_backward(int64_t B, int64_t H, const T* rz, const T* n, const T* h
 // Optimizer
 
 template <class T>
-void adam_update(int64_t n, T* param, const T* grad, T* m, T* v, const AdamParams& p) {
+void adam_update(int64_t count, const AdamTensor<T>* tensors, const AdamParams& p) {
   const double bc1 = 1.0 - std::pow(p.beta1, double(p.step));
   const double bc2 = 1.0 - std::pow(p.beta2, double(p.step));
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i];
-    if (p.decoupled)
-      param[i] -= T(p.lr * p.weight_decay) * param[i];  // AdamW: decay the weight, not the gradient
-    else
-      g += T(p.weight_decay) * param[i];  // Adam with L2: decay enters the moments
-    m[i] = T(p.beta1) * m[i] + T(1 - p.beta1) * g;
-    v[i] = T(p.beta2) * v[i] + T(1 - p.beta2) * g * g;
-    const T mhat = m[i] / T(bc1), vhat = v[i] / T(bc2);
-    param[i] -= T(p.lr) * mhat / (std::sqrt(vhat) + T(p.eps));
+  for (int64_t t = 0; t < count; ++t) {
+    const auto [n, param, grad, m, v, decay] = tensors[t];
+    const double wd = decay ? p.weight_decay : 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      T g = grad[i];
+      if (p.decoupled)
+        param[i] -= T(p.lr * wd) * param[i];  // AdamW: decay the weight, not the gradient
+      else
+        g += T(wd) * param[i];  // Adam with L2: decay enters the moments
+      m[i] = T(p.beta1) * m[i] + T(1 - p.beta1) * g;
+      v[i] = T(p.beta2) * v[i] + T(1 - p.beta2) * g * g;
+      const T mhat = m[i] / T(bc1), vhat = v[i] / T(bc2);
+      param[i] -= T(p.lr) * mhat / (std::sqrt(vhat) + T(p.eps));
+    }
   }
 }
 

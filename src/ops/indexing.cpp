@@ -48,12 +48,13 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
     kernels::embedding<T>(n, C, tc.data<T>(), id, y.data<T>());
   });
   if (should_record({&table})) {
-    record(OpKind::embedding, {table}, y, [table, ic, n, C](const Tensor& dy) {
+    record(OpKind::embedding, {table}, y, [table, ic, n, V, C](const Tensor& dy) {
       // dtable[ids[i]] += dy[i]  (repeated ids accumulate)
       if (creating_graph()) return backward_through([&] { return embedding_composite(table, ic); }, dy);
-      Tensor dt = grad_buffer_zeroed(table);
+      bool fresh = false;
+      Tensor dt = grad_buffer(table, &fresh);
       visit_float(table.dtype(), "backward", [&]<class T>() {
-        kernels::embedding_backward<T>(n, C, ic.data<int32_t>(), dy.data<T>(), dt.data<T>());
+        kernels::embedding_backward<T>(n, C, V, ic.data<int32_t>(), dy.data<T>(), dt.data<T>(), !fresh);
       });
     });
   }

@@ -109,17 +109,20 @@ void Adam::step() {
   NoGrad no_grad;
   ++steps_;
   const kernels::AdamParams ap{lr_, beta1_, beta2_, eps_, weight_decay_, decoupled_, steps_};
-  kernels::AdamParams no_decay = ap;
-  no_decay.weight_decay = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const kernels::AdamParams& pp = decay_vectors_ || p.ndim() >= 2 ? ap : no_decay;
-    visit_float(p.dtype(), "adam", [&]<class T>() {
-      kernels::adam_update<T>(p.numel(), p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), pp);
-    });
-  }
+  // One kernel call per dtype over all parameters with a gradient (one thread team for them all).
+  auto update = [&]<class T>() {
+    std::vector<kernels::AdamTensor<T>> list;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& p = params_[i].second;
+      const Tensor g = p.grad();
+      if (!g.defined() || p.dtype() != dtype_of<T>()) continue;
+      list.push_back({p.numel(), p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(),
+                      decay_vectors_ || p.ndim() >= 2});
+    }
+    if (!list.empty()) kernels::adam_update<T>(int64_t(list.size()), list.data(), ap);
+  };
+  update.operator()<float>();
+  update.operator()<double>();
 }
 
 std::vector<std::pair<std::string, Tensor>> Adam::state_tensors() const {

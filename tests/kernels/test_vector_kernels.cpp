@@ -922,26 +922,29 @@ TEST_CASE("layer_norm on outputs large enough for streaming stores", "[kernels][
 // Indexing and optimizer
 
 TEST_CASE("embedding gather and scatter-add match the reference exactly", "[kernels][indexing]") {
-  // The scatter-add adds repeated ids in index order, as the reference: bitwise equal.
+  // The scatter-add adds repeated ids in index order, as the reference: bitwise equal. Without
+  // accumulate it starts from NaN: every row must be written, the rows no id names with zeros.
   const int threads = GENERATE(1, 2);
   const int64_t dim = GENERATE(from_range(kSizes.begin(), kSizes.end()));
-  const int64_t n = GENERATE(1, 5, 300);
-  CAPTURE(n, dim, threads);
+  const int64_t n = GENERATE(1, 5, 300, 3000);
+  const bool accumulate = GENERATE(true, false);
+  CAPTURE(n, dim, threads, accumulate);
   const int64_t vocab = 17;
   const auto table = random_vec(vocab * dim, -1, 1, 111);
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::mt19937 gen(112);
-  for (auto& i : ids) i = int32_t(gen() % 7);  // few distinct ids: many repeats
+  for (auto& i : ids) i = int32_t(gen() % 7 + (gen() % 4 == 0 ? 9 : 0));  // rows 0-6 and 9-15: many repeats
   const auto dy = random_vec(n * dim, -1, 1, 113);
+  const auto dt_start = accumulate ? table : std::vector<float>(table.size(), std::nanf(""));
   std::vector<float> y_want(static_cast<size_t>(n * dim));
-  auto dt_want = table;
+  auto dt_want = dt_start;
   ref::embedding<float>(n, dim, table.data(), ids.data(), y_want.data());
-  ref::embedding_backward<float>(n, dim, ids.data(), dy.data(), dt_want.data());
+  ref::embedding_backward<float>(n, dim, vocab, ids.data(), dy.data(), dt_want.data(), accumulate);
   for_each_isa(threads, [&](const std::string&) {
     std::vector<float> y(y_want.size());
-    auto dt = table;
+    auto dt = dt_start;
     k::embedding<float>(n, dim, table.data(), ids.data(), y.data());
-    k::embedding_backward<float>(n, dim, ids.data(), dy.data(), dt.data());
+    k::embedding_backward<float>(n, dim, vocab, ids.data(), dy.data(), dt.data(), accumulate);
     check_equal(y, y_want, "embedding");
     check_equal(dt, dt_want, "embedding_backward");
   });
@@ -952,18 +955,34 @@ TEST_CASE("adam_update matches the reference", "[kernels][optim]") {
   // under -mfma, which changes one rounding per operation. Where terms cancel (g = grad + wd * p,
   // or p shrinking toward 0) the relative error is unbounded, so limits are absolute in the scale
   // of each array's terms (|p| <= 1, |g| <= 1.01, v <= 3 (1 - beta2) g^2): 16 eps of that scale.
+  // One call updates a list of tensors: every awkward size, then one past a thread team's
+  // threshold, each with weight decay or without, laid end to end in one buffer per array.
   const int threads = GENERATE(1, 2);
-  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(50001));
   const bool decoupled = GENERATE(false, true);
-  CAPTURE(n, decoupled, threads);
-  const auto p0 = random_vec(n, -1, 1, 121), g = random_vec(n, -1, 1, 122);
+  CAPTURE(decoupled, threads);
+  std::vector<int64_t> sizes(kSizes.begin(), kSizes.end());
+  sizes.push_back(50001);
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  const auto p0 = random_vec(total, -1, 1, 121), g = random_vec(total, -1, 1, 122);
+  auto list = [&](std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) {
+    std::vector<k::AdamTensor<float>> out;
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      out.push_back({sizes[i], p.data() + off, g.data() + off, m.data() + off, v.data() + off, i % 2 == 0});
+      off += sizes[i];
+    }
+    return out;
+  };
   for_each_isa(threads, [&](const std::string&) {
     auto pw = p0, p = p0;
-    std::vector<float> mw(size_t(n), 0.0f), vw(size_t(n), 0.0f), m(size_t(n), 0.0f), v(size_t(n), 0.0f);
+    std::vector<float> mw(size_t(total), 0.0f), vw(size_t(total), 0.0f), m(size_t(total), 0.0f),
+        v(size_t(total), 0.0f);
+    const auto want = list(pw, mw, vw), got = list(p, m, v);
     for (int64_t step = 1; step <= 3; ++step) {
       const k::AdamParams ap{1e-3, 0.9, 0.999, 1e-8, 0.01, decoupled, step};
-      ref::adam_update<float>(n, pw.data(), g.data(), mw.data(), vw.data(), ap);
-      k::adam_update<float>(n, p.data(), g.data(), m.data(), v.data(), ap);
+      ref::adam_update<float>(int64_t(want.size()), want.data(), ap);
+      k::adam_update<float>(int64_t(got.size()), got.data(), ap);
     }
     check_close(p, pw, Tol{16 * kEps, 0}, "param");
     check_close(m, mw, Tol{16 * kEps * 1.01, 0}, "m");
