@@ -11,20 +11,26 @@
 //             running max m and sum l (rescaling the row's partial output when m grows), O += P V;
 //             at the end O /= l and lse = m + log l is stored, B*H*Tq floats.
 //   backward: per key block, for every query block: P = exp(S - lse) recomputed, dP = dO V^T,
-//             dS = P (dP - D) with D = rowsum(dO o), then dV += P^T dO, dK += scale dS^T Q into the
-//             key block's accumulators, dQ += scale dS K into the head's.
+//             dS = P (dP - D) with D = rowsum(dO o), then dV += P^T dO, dK += scale dS^T Q straight
+//             into the gradients' rows, dQ += scale dS K into the head's accumulator (or into dq
+//             itself when all keys are one block).
 // Every product is a tile loop over the GEMM micro-kernel (gemm_micro.hpp; its register tile from
 // gemm_config.hpp), with the operands that it reads as B packed once per head or key block, zero
-// padded to whole vectors: K^T and V^T transposed, V, dO, Q, K row-major. Scratch is O(T d) per head
-// plus O(kQueryBlock x kKeyBlock) per thread, never O(T^2). A key block of kKeyBlock keeps a query
-// block's scores in L1/L2; at T <= kKeyBlock a row is one block and the online rescale never runs.
+// padded to whole vectors: K^T and V^T transposed, V, dO, Q, K row-major (short heads read the last
+// four in place: direct_heads). Scratch is O(T d) per head plus O(kQueryBlock x kKeyBlock) per
+// thread, never O(T^2). A key block of kKeyBlock keeps a query block's scores in L1/L2; at
+// T <= kKeyBlock a row is one block: the online rescale never runs, and P, divided by l first, is
+// multiplied by V straight into o.
 // Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
 // so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
 // counter-based mask in vector lanes (random.hpp), forward and backward.
 // Cost (bench/bench_attention.cpp, one Zen 3 core, AVX2): 0.95-1.25x the unfused ops' time from
 // T = 64 to 2048, since the scores and their exp are computed twice (14 products to 12), for 5 MiB
 // instead of 34 at T = 512; causal, 0.56-0.75x from T = 256 (key blocks past the diagonal are
-// skipped); at T = 32 with 256 heads 1.4-2x, a third of it reading the heads' rows cold.
+// skipped); at T = 32 with 256 heads 1.4-2x, a third of it reading the heads' rows cold. Writing
+// o, dq, dk and dv from the micro-kernel (no accumulator copied out row by row) and reading short
+// heads in place: the small Transformer's attention 17.2 -> 10.8 ms a 1-thread step (tapegrad
+// profile, medians of four alternating runs on a Zen 5 core).
 // Not here: the double path (the reference), a split of one head's backward across threads (a head
 // is the unit of work, so B * H = 1 runs on one thread).
 #pragma once
@@ -96,6 +102,17 @@ void tile_gemm(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
 template <class Arch>
 int64_t key_block_ld(int64_t kb) {
   return gemm_detail::round_up(kb, int64_t(Batch<Arch>::size)) + int64_t(Batch<Arch>::size);
+}
+
+// Whether a head is short enough that its operands are read where they lie (forward: V; backward:
+// Q, K, dO) rather than packed dense: one query block and one key block, rows of whole vectors (the
+// micro-kernel reads B a vector at a time). Packing is for long heads, whose rows a power-of-two
+// stride apart evict each other from L1 (see sdpa_backward_f32); at the small Transformer's T = 32
+// it was a copy of every row for nothing.
+template <class Arch>
+bool direct_heads(const AttentionLayout& l) {
+  constexpr int64_t W = Batch<Arch>::size;
+  return l.Tq <= kQueryBlock && l.Tk <= kKeyBlock && l.dk % W == 0 && l.dv % W == 0;
 }
 
 // rows x cols of a strided operand (rows `stride` apart) into a dense buffer of row stride ld,
@@ -283,6 +300,11 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
   const int64_t kbp = key_block_ld<Arch>(kb);
   const float scale = float(l.scale);
   const float* mask_base = static_cast<const float*>(l.mask);
+  // All keys in one block: each row's max and sum are final after it, so the weights are divided
+  // by the sum before P V, which writes o itself (no accumulator, no rescale), and V whose rows are
+  // whole vectors is read in place (see direct_heads).
+  const bool one_block = l.Tk <= kKeyBlock;
+  const bool v_in_place = direct_heads<Arch>(l);
   const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
   parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
     Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(kb * dvp), s(kQueryBlock * kbp), acc(kQueryBlock * dvp),
@@ -325,15 +347,22 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           }
           const float sum = exp_sum<Arch>(active, m_new, sr);
           std::fill(sr + active, sr + n, 0.0f);
-          const float rescale = std::exp(mrow.p[r] - m_new);  // 0 on the row's first keys
+          const float rescale = j0 > 0 ? std::exp(mrow.p[r] - m_new) : 0.0f;  // 0 on the row's first keys
           if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc.p + r * dvp, rescale, acc.p + r * dvp);
           lrow.p[r] = lrow.p[r] * rescale + sum;
           mrow.p[r] = m_new;
           if (l.dropout > 0) apply_dropout<Arch>(l, b, h, i, j0, active, sr);
+          if (one_block) scale_row<Arch>(active, sr, 1.0f / lrow.p[r], sr);
         }
-        // O += P V
-        pack_rows<Arch>(n, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vp.p);  // dense, as Q, K, dO backward
-        tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vp.p, dvp, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
+        // O += P V (one block: O = P V, P already divided by the row sums)
+        const float* vb = vh + j0 * l.v.t;
+        int64_t ldv = l.v.t;
+        if (!v_in_place) pack_rows<Arch>(n, l.dv, vb, l.v.t, dvp, vp.p), vb = vp.p, ldv = dvp;
+        if (one_block)
+          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, 0.0f,
+                                 o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t);
+        else
+          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + head_at(l.o, b, h) + (i0 + r) * l.o.t;
@@ -343,7 +372,7 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           row_lse = kInf;
           continue;
         }
-        scale_row<Arch>(l.dv, acc.p + r * dvp, 1.0f / lrow.p[r], orow);
+        if (!one_block) scale_row<Arch>(l.dv, acc.p + r * dvp, 1.0f / lrow.p[r], orow);
         row_lse = mrow.p[r] + std::log(lrow.p[r]);
       }
     }
@@ -441,13 +470,17 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   const int64_t kb = std::min(kKeyBlock, l.Tk), kbp = key_block_ld<Arch>(kb);
   const int64_t qb = std::min(kQueryBlock, l.Tq);
   const float scale = float(l.scale);
+  // dK and dV are summed over the query blocks straight into the outputs; dQ too when there is one
+  // key block (else in an accumulator over the key blocks). Short heads read Q, K, dO in place.
+  const bool dq_direct = l.Tk <= kb;
+  const bool in_place = direct_heads<Arch>(l);
   const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
     // dV's accumulators. Per tile: P and dS.
-    Scratch qp(l.Tq * dkp), kp(l.Tk * dkp), dop(l.Tq * dvp);
-    Scratch dqacc(l.Tq * dkp), D(l.Tq);
-    Scratch kt(dkp * kbp), vt(dvp * kbp), dkacc(kb * dkp), dvacc(kb * dvp), p(qb * kbp), ds(qb * kbp);
+    Scratch qp(in_place ? 0 : l.Tq * dkp), kp(in_place ? 0 : l.Tk * dkp), dop(in_place ? 0 : l.Tq * dvp);
+    Scratch dqacc(dq_direct ? 0 : l.Tq * dkp), D(l.Tq);
+    Scratch kt(dkp * kbp), vt(dvp * kbp), p(qb * kbp), ds(qb * kbp);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / l.H, h = bh % l.H;
       const float* qh = q + head_at(l.q, b, h);
@@ -464,53 +497,65 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
         prefetch_rows(l.Tq, l.dv, o + head_at(l.o, nb, nh), l.o.t);
         prefetch_rows(l.Tq, l.dv, dout + head_at(l.o, nb, nh), l.o.t);
       }
-      // Q, K, dO packed dense: read in place, rows a power-of-two stride apart (2 KiB for 8 heads of
-      // 64) fall into a few L1 sets and evict each other (measured: a third slower at T = 512).
-      pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
-      pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
-      pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
-      const float *qr = qp.p, *kr = kp.p, *dor = dop.p;
-      const int64_t ldq = dkp, ldk = dkp, ldo = dvp;
+      // Q, K, dO packed dense unless short (see direct_heads): read in place, rows a power-of-two
+      // stride apart (2 KiB for 8 heads of 64) fall into a few L1 sets and evict each other
+      // (measured: a third slower at T = 512).
+      const float *qr = qh, *kr = kh, *dor = doh;
+      int64_t ldq = l.q.t, ldk = l.k.t, ldo = l.o.t;
+      if (!in_place) {
+        pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
+        pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
+        pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
+        qr = qp.p, kr = kp.p, dor = dop.p, ldq = dkp, ldk = dkp, ldo = dvp;
+      }
       for (int64_t i = 0; i < l.Tq; ++i)
         D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
-      std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
+      if (!dq_direct) std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
+      float* dqh = dq ? dq + head_at(l.dq, b, h) : nullptr;
+      const float dq_beta = dq_out.overwrite ? 0.0f : 1.0f;
       for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
         const int64_t n = std::min(kb, l.Tk - j0);
         pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
         pack_transposed(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt.p);
-        bool first = true;  // the block's dK, dV accumulators are written by the first tile
+        float* dkb = dk ? dk + head_at(l.dk_, b, h) + j0 * l.dk_.t : nullptr;
+        float* dvb = dv ? dv + head_at(l.dv_, b, h) + j0 * l.dv_.t : nullptr;
+        bool first = true;  // the first tile to reach the block's dK, dV writes them (or adds)
         for (int64_t i0 = 0; i0 < l.Tq; i0 += qb) {
           const int64_t rows = std::min(qb, l.Tq - i0);
-          if (key_end(l, i0 + rows) <= j0) continue;  // causal: no row of the block sees these keys
+          if (key_end(l, i0 + rows) <= j0) {           // causal: no row of the block sees these keys
+            if (dqh && dq_direct && dq_out.overwrite)  // (one key block: these rows see none)
+              for (int64_t i = i0; i < i0 + rows; ++i) put_row<Arch>(l.dk, nullptr, dqh + i * l.dq.t, true);
+            continue;
+          }
           // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
           if (l.dk == 0) std::fill(p.p, p.p + rows * kbp, 0.0f);
           if (l.dv == 0) std::fill(ds.p, ds.p + rows * kbp, 0.0f);
           tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt.p, kbp, 0.0f, p.p, kbp);
           tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt.p, kbp, 0.0f, ds.p, kbp);
           weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D.p, p.p, ds.p);
-          const float beta = first ? 0.0f : 1.0f;
+          const float dv_beta = first && dv_out.overwrite ? 0.0f : 1.0f;
+          const float dk_beta = first && dk_out.overwrite ? 0.0f : 1.0f;
           if (dv)
-            tile_gemm<Arch, true>(n, dvp, rows, 1.0f, p.p, kbp, dor + i0 * ldo, ldo, beta, dvacc.p, dvp);
+            tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, p.p, kbp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t);
           if (dk)
-            tile_gemm<Arch, true>(n, dkp, rows, scale, ds.p, kbp, qr + i0 * ldq, ldq, beta, dkacc.p, dkp);
-          if (dq)
+            tile_gemm<Arch, true>(n, l.dk, rows, scale, ds.p, kbp, qr + i0 * ldq, ldq, dk_beta, dkb, l.dk_.t);
+          if (dq && dq_direct)
+            tile_gemm<Arch, false>(rows, l.dk, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, dq_beta,
+                                   dqh + i0 * l.dq.t, l.dq.t);
+          else if (dq)
             tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, 1.0f,
                                    dqacc.p + i0 * dkp, dkp);
           first = false;
         }
-        // (first still set: causal, no query sees these keys, so their gradients are zero)
-        for (int64_t j = 0; j < n; ++j) {
-          if (dv)
-            put_row<Arch>(l.dv, first ? nullptr : dvacc.p + j * dvp,
-                          dv + head_at(l.dv_, b, h) + (j0 + j) * l.dv_.t, dv_out.overwrite);
-          if (dk)
-            put_row<Arch>(l.dk, first ? nullptr : dkacc.p + j * dkp,
-                          dk + head_at(l.dk_, b, h) + (j0 + j) * l.dk_.t, dk_out.overwrite);
-        }
+        if (first)  // causal, no query sees these keys: their gradients are zero
+          for (int64_t j = 0; j < n; ++j) {
+            if (dv) put_row<Arch>(l.dv, nullptr, dvb + j * l.dv_.t, dv_out.overwrite);
+            if (dk) put_row<Arch>(l.dk, nullptr, dkb + j * l.dk_.t, dk_out.overwrite);
+          }
       }
-      if (dq)
+      if (dq && !dq_direct)
         for (int64_t i = 0; i < l.Tq; ++i)
-          put_row<Arch>(l.dk, dqacc.p + i * dkp, dq + head_at(l.dq, b, h) + i * l.dq.t, dq_out.overwrite);
+          put_row<Arch>(l.dk, dqacc.p + i * dkp, dqh + i * l.dq.t, dq_out.overwrite);
     }
   });
 }
