@@ -97,8 +97,7 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
     }
   }
   const bool dropping = drop_->training() && drop_->p() > 0;
-  const bool fused = !cache && (path_ == AttentionPath::fused || (path_ == AttentionPath::automatic &&
-                                                                  (!dropping || Tq * Tk >= kFusedMinScores)));
+  const bool fused = !cache && path_ != AttentionPath::unfused;
   if (fused) {  // the rule: AttentionPath (attention.hpp)
     // The fused op reads the views in place, keeps no [B,H,Tq,Tk] weights for backward and draws
     // the dropout mask the unfused path would (same generator draw, same counter-based mask over the

@@ -94,10 +94,9 @@ TEST_CASE("MultiHeadAttention gradients with causal and key-padding masks", "[nn
   check_module(mha, {x, mem}, [&] { return mha.forward(x, mem, mask, false, g); }, "MHA cross padded");
 }
 
-TEST_CASE("MultiHeadAttention: the automatic path is fused unless a dropout mask is drawn on short sequences",
-          "[nn]") {
-  // Fused where no dropout mask must be drawn again backward (dropout 0, or evaluation), and from
-  // 256 x 256 scores on; else the unfused ops (matmul, softmax, dropout, matmul) on the tape.
+TEST_CASE("MultiHeadAttention: the automatic path is fused, dropout or not; unfused when asked", "[nn]") {
+  // Fused with or without a dropout mask on the weights, short sequences or long; the unfused ops
+  // (matmul, softmax, dropout, matmul) on the tape only when set_path asks for them.
   auto fused_on_tape = [](nn::MultiHeadAttention& mha, int64_t T) {
     Generator data(3), gen(4);
     const Tensor x = Tensor::randn({2, T, 8}, data);
@@ -116,15 +115,18 @@ TEST_CASE("MultiHeadAttention: the automatic path is fused unless a dropout mask
   Generator init(5);
   nn::MultiHeadAttention plain(8, 2, 0.0, init), dropping(8, 2, 0.2, init);
   CHECK(fused_on_tape(plain, 5));
-  CHECK_FALSE(fused_on_tape(dropping, 5));
+  CHECK(fused_on_tape(dropping, 5));
   CHECK(fused_on_tape(dropping, 256));
+  dropping.set_path(nn::AttentionPath::unfused);
+  CHECK_FALSE(fused_on_tape(dropping, 5));
+  dropping.set_path(nn::AttentionPath::automatic);
   dropping.eval();
   CHECK(fused_on_tape(dropping, 5));
 }
 
 TEST_CASE("MultiHeadAttention: fused and unfused paths agree, dropout and kept weights included", "[nn]") {
-  // Long enough (256 x 256 scores) that automatic takes the fused path; dropout 0.2 in training, so
-  // both paths must draw the same mask from the same generator state.
+  // automatic takes the fused path; dropout 0.2 in training, so both paths must draw the same mask
+  // from the same generator state.
   const int64_t B = 2, T = 256, C = 8;
   Generator init(5);
   nn::MultiHeadAttention mha(C, 2, 0.2, init);

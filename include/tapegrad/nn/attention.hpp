@@ -30,20 +30,20 @@ struct KvCache {
 /// ```
 ///   unfused  matmul, softmax, dropout, matmul: keeps the [B, H, Tq, Tk] weights for backward.
 ///   fused    scaled_dot_product_attention: keeps O(T d) per head, recomputes the weights backward.
-///   automatic (the default): fused when no KV cache is in use and either no dropout mask is drawn
-///            on the weights (dropout 0, or evaluation) or Tq * Tk >= kFusedMinScores; else unfused.
+///   automatic (the default): fused whenever no KV cache is in use.
 ///            Memory: the fused op keeps 5 MiB instead of 34 at T = 512 and 20 MiB instead of 520 at
-///            T = 2048 (8 heads of 64), so it takes over from 256 x 256 on whatever it costs. Time,
-///            in the models (whole training steps, the two paths alternating, 2-core Zen 5): without
-///            dropout the fused op wins even on short sequences, because it reads the heads where
-///            the projections left them and writes their gradients back there, where the unfused
-///            ops copy q, k, v and o between [B, T, H, d] and [B, H, T, d] and keep the weights:
-///            the small Transformer of bench_train (T 32, 4 heads of 32) 52.5-53.7 -> 46.0-47.3 ms
-///            at 2 threads, even at 1; the GPT recipe (T 64) 1-6% faster at 1 and 2 threads. With
-///            dropout the fused backward draws the mask again: the Spanish-English Transformer
-///            (dropout 0.1) ran 6-12% slower fused at 2 threads, so it keeps the unfused ops there.
-///            The choice depends on sizes and the model's mode only, never on the thread count, so
-///            training stays bitwise the same at any thread count.
+///            T = 2048 (8 heads of 64). Time, in the models (whole training steps, the two paths
+///            alternating, 2-core Zen 5): the fused op reads the heads where the projections left
+///            them and writes their gradients back there, where the unfused ops copy q, k, v and o
+///            between [B, T, H, d] and [B, H, T, d] and keep the weights: the small Transformer of
+///            bench_train (T 32, 4 heads of 32) 52.5-53.7 -> 46.0-47.3 ms at 2 threads, even at 1;
+///            the GPT recipe (T 64) 1-6% faster at 1 and 2 threads. With dropout on the weights the
+///            fused backward draws the mask again, which once cost the Spanish-English Transformer
+///            (dropout 0.1) 6-12% at 2 threads; since the kernels write o and the gradients from
+///            the micro-kernel it is faster fused there too: 14.5-15.5k target tokens/s against
+///            10.5-11.4k at 2 threads, 7.1-8.0k against 7.0-7.9k at 1 (three alternating rounds of
+///            12 steps). The choice depends on the model's mode only, never on the thread count,
+///            so training stays bitwise the same at any thread count.
 /// ```
 /// A KV cache always takes the unfused path.
 enum class AttentionPath { automatic, fused, unfused };
@@ -52,8 +52,6 @@ enum class AttentionPath { automatic, fused, unfused };
 /// out = concat_h(weights v) W_O. query [B, Tq, C], memory [B, Tk, C] -> [B, Tq, C].
 class MultiHeadAttention : public Module {
  public:
-  /// Tq * Tk from which AttentionPath::automatic takes the fused path.
-  static constexpr int64_t kFusedMinScores = 256 * 256;
   /// `dim` = C features split into `heads` heads of dim / heads (ShapeError unless it divides);
   /// dropout on the attention weights; weights drawn from `gen`; the four projections without a bias
   /// when `bias` is false.
