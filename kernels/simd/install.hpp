@@ -11,7 +11,7 @@
 //   norm.hpp         layer norm forward / backward (deterministic dgamma / dbeta)
 //   strided.hpp      index-space coalescing for broadcasting ops
 //   elementwise.hpp  unary ops and backwards, affine, binary ops and backwards
-//   reduce.hpp       sum_to, sum_axis, sum_squares, max_axis
+//   reduce.hpp       sum_to, sum_axis, sum_all, sum_squares, max_axis
 //   indexing.hpp     embedding gather / scatter-add
 //   optim.hpp        Adam / AdamW
 //   attention.hpp    additive attention scores and their backward
