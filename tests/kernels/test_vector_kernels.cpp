@@ -623,52 +623,35 @@ TEST_CASE("sum_axis and max_axis match the reference", "[kernels][reduce]") {
   }
 }
 
-TEST_CASE("sum_all matches the reference and is thread-count independent", "[kernels][reduce]") {
-  // As sum_squares below, but terms of both signs cancel: the bound is relative to the sum of
-  // their magnitudes, which is what each float addition's rounding scales with.
+TEST_CASE("sum_all and sum_squares match the reference and are thread-count independent",
+          "[kernels][reduce]") {
+  // Reference: one double accumulator. SIMD: float lanes over 1024-element blocks, blocks in double,
+  // so the error is that of <= 256 float additions per lane: 64 eps of the sum of the terms'
+  // magnitudes covers it with margin (for sum_squares, whose terms are positive, that is the sum:
+  // a relative bound).
+  const bool squares = GENERATE(false, true);
   const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(100003), int64_t(1) << 20);
-  CAPTURE(n);
-  const auto x = random_vec(n, -2, 2, 62);
-  const float want = ref::sum_all<float>(n, x.data());
+  CAPTURE(squares, n);
+  const auto x = random_vec(n, -2, 2, squares ? 61 : 62);
+  auto sum = [&](auto kernel_sum_all, auto kernel_sum_squares) {
+    return squares ? kernel_sum_squares(n, x.data()) : kernel_sum_all(n, x.data());
+  };
+  const float want = sum(ref::sum_all<float>, ref::sum_squares<float>);
   double magnitude = 0;
-  for (float v : x) magnitude += std::abs(double(v));
+  for (float v : x) magnitude += squares ? double(v) * double(v) : std::abs(double(v));
   for (k::Isa isa : k::available_isas()) {
     CAPTURE(k::isa_name(isa));
     float one, two;
     {
       Config cfg(isa, 1);
-      one = k::sum_all<float>(n, x.data());
+      one = sum(k::sum_all<float>, k::sum_squares<float>);
     }
     {
       Config cfg(isa, 2);
-      two = k::sum_all<float>(n, x.data());
+      two = sum(k::sum_all<float>, k::sum_squares<float>);
     }
     CHECK(one == two);
     CHECK(std::abs(double(one) - want) <= 64 * kEps * magnitude + 1e-30);
-  }
-}
-
-TEST_CASE("sum_squares matches the reference and is thread-count independent", "[kernels][reduce]") {
-  // Reference: one double accumulator. SIMD: float lanes over 1024-element blocks, blocks in double,
-  // so the error is that of <= 256 float additions per lane: rtol 64 eps covers it with margin
-  // (the sum is of positive terms, so relative error is meaningful).
-  const int64_t n = GENERATE(from_range(kSizes.begin(), kSizes.end()), int64_t(100003), int64_t(1) << 20);
-  CAPTURE(n);
-  const auto x = random_vec(n, -2, 2, 61);
-  const float want = ref::sum_squares<float>(n, x.data());
-  for (k::Isa isa : k::available_isas()) {
-    CAPTURE(k::isa_name(isa));
-    float one, two;
-    {
-      Config cfg(isa, 1);
-      one = k::sum_squares<float>(n, x.data());
-    }
-    {
-      Config cfg(isa, 2);
-      two = k::sum_squares<float>(n, x.data());
-    }
-    CHECK(one == two);
-    CHECK(std::abs(double(one) - want) <= 64 * kEps * want);
   }
 }
 
