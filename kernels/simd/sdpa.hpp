@@ -476,8 +476,8 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   const bool in_place = direct_heads<Arch>(l);
   const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
-    // Per head: Q, K, dO packed row-major, dQ's accumulator, D. Per key block: K^T, V^T, dK's and
-    // dV's accumulators. Per tile: P and dS.
+    // Per head: Q, K, dO packed row-major (unless short), dQ's accumulator (several key blocks), D.
+    // Per key block: K^T, V^T. Per tile: P and dS.
     Scratch qp(in_place ? 0 : l.Tq * dkp), kp(in_place ? 0 : l.Tk * dkp), dop(in_place ? 0 : l.Tq * dvp);
     Scratch dqacc(dq_direct ? 0 : l.Tq * dkp), D(l.Tq);
     Scratch kt(dkp * kbp), vt(dvp * kbp), p(qb * kbp), ds(qb * kbp);
