@@ -307,8 +307,9 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
   const bool v_in_place = direct_heads<Arch>(l);
   const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
   parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
-    Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(kb * dvp), s(kQueryBlock * kbp), acc(kQueryBlock * dvp),
-        mrow(kQueryBlock), lrow(kQueryBlock);
+    // (V read in place needs no copy, and one key block no accumulator: P V goes straight to o)
+    Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(v_in_place ? 0 : kb * dvp), s(kQueryBlock * kbp),
+        acc(one_block ? 0 : kQueryBlock * dvp), mrow(kQueryBlock), lrow(kQueryBlock);
     for (int64_t item = item0; item < item1; ++item) {
       const int64_t bh = item / qblocks, b = bh / l.H, h = bh % l.H;
       const int64_t i0 = (item % qblocks) * kQueryBlock, rows = std::min(kQueryBlock, l.Tq - i0);

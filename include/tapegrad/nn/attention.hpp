@@ -42,8 +42,8 @@ struct KvCache {
 ///            (dropout 0.1) 6-12% at 2 threads; since the kernels write o and the gradients from
 ///            the micro-kernel it is faster fused there too: 14.5-15.5k target tokens/s against
 ///            10.5-11.4k at 2 threads, 7.1-8.0k against 7.0-7.9k at 1 (three alternating rounds of
-///            12 steps). The choice depends on the model's mode only, never on the thread count,
-///            so training stays bitwise the same at any thread count.
+///            12 steps). The choice depends on the path setting and the cache only, never on
+///            sizes or the thread count, so training stays bitwise the same at any thread count.
 /// ```
 /// A KV cache always takes the unfused path.
 enum class AttentionPath { automatic, fused, unfused };
