@@ -75,9 +75,9 @@ const KernelTable<double>& active_table<double>() {
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc, const T* bias) {
+          int64_t ldb, T beta, T* C, int64_t ldc, GemmEpilogue<T> ep) {
   if (M <= 0 || N <= 0) return;
-  active_table<T>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  active_table<T>().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
 }
 
 namespace {
@@ -91,7 +91,7 @@ void gemm_layout(const BatchLayout& layout, bool ta, bool tb, int64_t M, int64_t
     return f(layout, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   for (int64_t m = 0; m < layout.count(); ++m)
     gemm<T>(ta, tb, M, N, K, alpha, A + layout.offset(0, m), lda, B + layout.offset(1, m), ldb, beta,
-            C + layout.offset(2, m), ldc, nullptr);
+            C + layout.offset(2, m), ldc);
 }
 
 }  // namespace
@@ -172,12 +172,12 @@ PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, T
 
 template <class T>
 void gemm_packed_b(bool ta, int64_t M, T alpha, const T* A, int64_t lda, const PackedB<T>& B, T beta, T* C,
-                   int64_t ldc, const T* bias) {
+                   int64_t ldc, GemmEpilogue<T> ep) {
   if (M <= 0 || B.N <= 0) return;
   const KernelTable<T>& t = active_table<T>();
   if (!B.panels || B.isa != t.isa)
-    return gemm<T>(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, beta, C, ldc, bias);
-  t.gemm_packed_b(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, B.panels, beta, C, ldc, bias);
+    return gemm<T>(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, beta, C, ldc, ep);
+  t.gemm_packed_b(ta, B.trans, M, B.N, B.K, alpha, A, lda, B.source, B.ld, B.panels, beta, C, ldc, ep);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -211,11 +211,11 @@ double uniform_at(uint64_t seed, uint64_t counter) {
 
 #define TG_INSTANTIATE(T)                                                                                   \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T,  \
-                        T*, int64_t, const T*);                                                             \
+                        T*, int64_t, GemmEpilogue<T>);                                                      \
   template int64_t packed_b_size<T>(int64_t, int64_t);                                                      \
   template PackedB<T> pack_b<T>(bool, int64_t, int64_t, const T*, int64_t, T*);                             \
   template void gemm_packed_b<T>(bool, int64_t, T, const T*, int64_t, const PackedB<T>&, T, T*, int64_t,    \
-                                 const T*);                                                                 \
+                                 GemmEpilogue<T>);                                                          \
   template void gemm_batched<T>(int64_t, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,       \
                                 int64_t, const T*, int64_t, int64_t, T, T*, int64_t, int64_t);              \
   template void gemm_nd_batched<T>(int, const int64_t*, bool, bool, int64_t, int64_t, int64_t, T, const T*, \

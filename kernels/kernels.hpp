@@ -41,12 +41,13 @@ namespace tapegrad::kernels {
 // ---------------------------------------------------------------------------------------------
 // GEMM: C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T. op(A) is M x K, op(B) is K x N,
 // C is M x N. Leading dimensions are row strides of the stored (untransposed) matrices.
-// When beta == 0, C is not read (NaNs in C do not propagate). bias, if given, holds N contiguous
-// values added to every row of C (a linear layer's bias, applied as the tiles are stored).
+// When beta == 0, C is not read (NaNs in C do not propagate). ep (kernels/types.hpp) is applied as
+// the tiles are stored: C = act(alpha * op(A) * op(B) + beta * C + bias), a linear layer's bias and
+// ReLU, or the ReLU's gradient gate, without a pass of their own.
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-          const T* B, int64_t ldb, T beta, T* C, int64_t ldc, const T* bias = nullptr);
+          const T* B, int64_t ldb, T beta, T* C, int64_t ldc, GemmEpilogue<T> ep = {});
 
 // op(B) (K x N) packed once for many GEMMs that share it, such as a recurrent weight used at every
 // time step: the panels each gemm call would otherwise pack afresh. packed_b_size gives the elements
@@ -58,11 +59,11 @@ template <class T>
 int64_t packed_b_size(int64_t K, int64_t N);
 template <class T>
 PackedB<T> pack_b(bool trans_b, int64_t K, int64_t N, const T* B, int64_t ldb, T* buffer);
-// C = alpha * op(A) * op(B) + beta * C (+ bias in every row, as gemm) with op(B) from pack_b (M x K
+// C = act(alpha * op(A) * op(B) + beta * C + bias) (ep as in gemm) with op(B) from pack_b (M x K
 // times B.K x B.N).
 template <class T>
 void gemm_packed_b(bool trans_a, int64_t M, T alpha, const T* A, int64_t lda, const PackedB<T>& B, T beta,
-                   T* C, int64_t ldc, const T* bias = nullptr);
+                   T* C, int64_t ldc, GemmEpilogue<T> ep = {});
 
 // `batch` independent GEMMs; matrix i uses A + i*stride_a, B + i*stride_b, C + i*stride_c.
 // A stride of 0 broadcasts that operand over the batch.

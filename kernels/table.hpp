@@ -33,13 +33,13 @@ struct KernelTable {
   // GEMM family (kernels.hpp's route table): the reference for float and double alike unless the ISA
   // has its own. gemm_batched null = a loop of gemm; packed B null = this path packs nothing.
   void (*gemm)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*, int64_t,
-               const T*) = nullptr;
+               GemmEpilogue<T>) = nullptr;
   void (*gemm_batched)(const BatchLayout&, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t,
                        const T*, int64_t, T, T*, int64_t) = nullptr;
   int64_t (*packed_b_size)(int64_t, int64_t) = nullptr;
   void (*pack_b)(bool, int64_t, int64_t, const T*, int64_t, T*) = nullptr;
   void (*gemm_packed_b)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t,
-                        const T*, T, T*, int64_t, const T*) = nullptr;
+                        const T*, T, T*, int64_t, GemmEpilogue<T>) = nullptr;
   // The kernel list: one entry per row.
 #define TG_KERNEL(R, name, params, args) decltype(&signature::name<T>) name = nullptr;
 #include "kernels/kernel_list.hpp"

@@ -30,6 +30,21 @@ struct SoftmaxOptions {
   int64_t causal_offset = 0;
 };
 
+// What a GEMM does to each element of C as it stores its tiles, in this order: adds bias[j] (N
+// values, a linear layer's bias), then applies `act`: relu, max(x, 0) as Unary::relu computes it
+// (NaN gives 0); or relu_gate, x * [gate(i, j) > 0] with gate an M x N matrix at row stride ldg:
+// the gradient through a ReLU whose output is gate, times the GEMM's product (the multiplication
+// keeps a NaN of the product where the gate is shut, as relu's backward does). So
+// C = act(alpha * op(A) op(B) + beta * C + bias). The default does nothing.
+enum class GemmAct : uint8_t { none, relu, relu_gate };
+template <class T>
+struct GemmEpilogue {
+  const T* bias = nullptr;
+  GemmAct act = GemmAct::none;
+  const T* gate = nullptr;  // relu_gate only
+  int64_t ldg = 0;
+};
+
 // adam_update's hyper-parameters.
 struct AdamParams {
   double lr, beta1, beta2, eps, weight_decay;  // weight_decay: decoupled (AdamW) if decoupled

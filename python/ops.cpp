@@ -230,6 +230,16 @@ void bind_ops(py::module_& m, py::module_& ops) {
       "additive_score", [](T keys, T query, T v) { return additive_score(keys, query, v); }, Release(),
       "v . tanh(keys[b, s] + query[b]) -> [B, S]", py::arg("keys"), py::arg("query"), py::arg("v"));
   ops.def(
+      "feed_forward_relu",
+      [](T x, T w1, py::handle b1, T w2, py::handle b2, double dropout_p, uint64_t dropout_seed) {
+        const Tensor bias1 = opt(b1), bias2 = opt(b2);
+        py::gil_scoped_release r;
+        return feed_forward_relu(x, w1, bias1, w2, bias2, dropout_p, dropout_seed);
+      },
+      "linear(dropout(relu(linear(x, w1, b1)), dropout, seed), w2, b2) as one op", x, py::arg("w1"),
+      py::arg("b1").none(true), py::arg("w2"), py::arg("b2") = py::none(), py::arg("dropout") = 0.0,
+      py::arg("dropout_seed") = 0);
+  ops.def(
       "scaled_dot_product_attention",
       [](T q, T k, T v, double scale, py::handle mask, bool causal, double dropout_p, uint64_t dropout_seed) {
         AttentionSpec spec;

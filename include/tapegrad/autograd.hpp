@@ -47,6 +47,9 @@ struct TapeEntry {
   /// Reads d(output) and accumulates into the inputs' .grad (only those that require grad).
   std::function<void(const Tensor& grad_output)> backward;
   std::string name;  ///< a custom op's own name (record_custom); empty for the library's ops
+  /// Tensors the backward keeps besides the inputs and the output (a fused op's intermediate), for
+  /// the memory instruments; the closure holds its own references.
+  std::vector<Tensor> saved = {};
 };
 
 /// The name an entry shows in tape dumps and error messages: a custom op's own name, else op_name(op).
@@ -206,8 +209,9 @@ bool should_record(const std::vector<Tensor>& inputs);
 /// @}
 /// Marks `output` as produced by `op` and appends the entry to the current tape. Throws AutogradError
 /// if an input was produced on a tape that has since been cleared.
+/// `saved`: what the backward keeps besides the inputs and the output (TapeEntry::saved).
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
-            std::function<void(const Tensor&)> backward);
+            std::function<void(const Tensor&)> backward, std::vector<Tensor> saved = {});
 /// True while a closure runs in a create_graph walk: it must compute its gradients with recorded ops
 /// (tapegrad/ops.hpp) and add them with accumulate_grad, because grad_buffer and grad_buffer_zeroed
 /// refuse then (a kernel's result written into a buffer cannot be differentiated again).

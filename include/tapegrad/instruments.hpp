@@ -87,8 +87,8 @@ class TapeRecorder : public TapeObserver {
 /// stops at the first NaN or infinity; what anomaly mode and the trainer's non-finite stop use.
 bool all_finite(const Tensor& t);
 
-/// FLOPs of one forward of a matmul or linear entry (2 * output elements * inner dimension); 0 for
-/// other ops. Backward does twice that.
+/// FLOPs of one forward of a matmul or linear entry (2 * output elements * inner dimension), or of
+/// a feed_forward_relu entry (its two GEMMs); 0 for other ops. Backward does twice that.
 double forward_flops(const TapeEntry& entry);
 
 /// Time per op kind, accumulated over every step it watches. The entries of a tape a closure

@@ -63,6 +63,8 @@ TAPEGRAD_OP(where)
 TAPEGRAD_OP(gru_cell)
 TAPEGRAD_OP(additive_score)
 TAPEGRAD_OP(scaled_dot_product_attention)
+// A ReLU feed-forward block as one entry (src/ops/matmul.cpp, beside linear).
+TAPEGRAD_OP(feed_forward_relu)
 // Recorded only by a create_graph backward (src/ops/elementwise.cpp): dx = dy * f'(x) for a unary f,
 // an op of its own so that the gradient of a gradient has a backward (with f'').
 TAPEGRAD_OP(unary_backward)

@@ -175,6 +175,19 @@ Tensor gru_cell(const Tensor& xp, const Tensor& hp, const Tensor& h);
 /// Nothing of size [B, S, A] is kept for backward: it recomputes tanh chunk by chunk.
 Tensor additive_score(const Tensor& keys, const Tensor& query, const Tensor& v);
 
+// ---- the feed-forward block (src/ops/matmul.cpp) -------------------------------------------------
+/// A Transformer's ReLU feed-forward block, x [.., in], w1 [hidden, in], w2 [out, hidden], biases
+/// [hidden], [out] or undefined:
+/// ```
+///   y = linear(dropout(relu(linear(x, w1, b1)), p, true, seed), w2, b2)  -> [.., out]
+/// ```
+/// as one tape entry: the ReLU is applied as the first GEMM stores its tiles, and the backward
+/// gates dy w2 by the ReLU (and the dropout mask) as that GEMM stores its tiles, so neither the
+/// activation nor its gradient takes a pass over [rows, hidden] of its own. Same values as the
+/// composite; keeps x and the [rows, hidden] activation, as the composite does.
+Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                         const Tensor& b2, double dropout = 0, uint64_t dropout_seed = 0);
+
 // ---- attention (src/ops/attention.cpp) ----------------------------------------------------------
 /// What scaled_dot_product_attention fuses in.
 struct AttentionSpec {

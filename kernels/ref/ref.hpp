@@ -21,7 +21,7 @@ namespace tapegrad::kernels::ref {
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc, const T* bias = nullptr) {
+          int64_t ldb, T beta, T* C, int64_t ldc, GemmEpilogue<T> ep = {}) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       T acc = 0;
@@ -30,8 +30,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
         const T b = tb ? B[j * ldb + k] : B[k * ldb + j];
         acc += a * b;
       }
-      const T add = (bias ? bias[j] : T(0)) + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
-      C[i * ldc + j] = alpha * acc + add;
+      const T add = (ep.bias ? ep.bias[j] : T(0)) + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
+      const T v = alpha * acc + add;
+      if (ep.act == GemmAct::relu)
+        C[i * ldc + j] = v > T(0) ? v : T(0);
+      else if (ep.act == GemmAct::relu_gate)
+        C[i * ldc + j] = v * (ep.gate[i * ep.ldg + j] > T(0) ? T(1) : T(0));
+      else
+        C[i * ldc + j] = v;
     }
   }
 }

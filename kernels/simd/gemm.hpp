@@ -24,14 +24,14 @@ bool use_narrow(int64_t M, int64_t N) {
 
 template <class Arch, class T>
 void gemm_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-                const T* B, int64_t ldb, T beta, T* C, int64_t ldc, const T* bias) {
+                const T* B, int64_t ldb, T beta, T* C, int64_t ldc, GemmEpilogue<T> ep) {
   using namespace gemm_detail;
   if (use_narrow<Arch, T>(M, N))
     GemmDriver<Arch, T, NarrowTile<Arch, T>>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                                                   num_threads(), nullptr, bias);
+                                                   num_threads(), nullptr, ep);
   else
     GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads(), nullptr,
-                              bias);
+                              ep);
 }
 
 template <class Arch, class T>
@@ -60,9 +60,10 @@ void pack_b_entry(bool tb, int64_t K, int64_t N, const T* B, int64_t ldb, T* dst
 
 template <class Arch, class T>
 void gemm_packed_b_entry(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-                         const T* B, int64_t ldb, const T* packed, T beta, T* C, int64_t ldc, const T* bias) {
+                         const T* B, int64_t ldb, const T* packed, T beta, T* C, int64_t ldc,
+                         GemmEpilogue<T> ep) {
   gemm_detail::GemmDriver<Arch, T>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, num_threads(),
-                                         packed, bias);
+                                         packed, ep);
 }
 
 template <class Arch, class T>

@@ -1,9 +1,9 @@
-// GEMM loop nest and threading: C = alpha * op(A) * op(B) + beta * C (+ a bias row added to every
-// row of C) for one instruction set.
+// GEMM loop nest and threading: C = act(alpha * op(A) * op(B) + beta * C + bias) (the epilogue:
+// GemmEpilogue, kernels/types.hpp) for one instruction set.
 //
 // The nest, outermost first, for each unit of C (a rectangle of whole tiles; block sizes from
 // gemm_config.hpp):
-//   for each depth block of kc                      (beta and the bias apply on the first only)
+//   for each depth block of kc      (beta and the bias apply on the first only, act on the last)
 //     for each block of nc columns of the unit: its B block packed      (private, L2)
 //       for each chunk of rows of the unit                   (transposed A: transposed now, L2)
 //         for each group of MR rows                          (MR x kc of A stays in L1)
@@ -55,19 +55,34 @@ inline thread_local unsigned long long tg_prof[4];
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-// C = beta * C (+ bias in every row) over an M x N window (K == 0 or alpha == 0): BLAS semantics, A
-// and B unread.
+// The epilogue's activation on rows [i0, i1) of C, for the paths that store C before activating
+// it (the micro-kernel activates as it stores): the same scalar rule as the micro-kernel's.
 template <class T>
-void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc, const T* bias) {
+void activate_rows(const GemmEpilogue<T>& ep, int64_t i0, int64_t i1, int64_t N, T* C, int64_t ldc) {
+  if (ep.act == GemmAct::none) return;
+  for (int64_t i = i0; i < i1; ++i) {
+    T* c = C + i * ldc;
+    if (ep.act == GemmAct::relu)
+      for (int64_t j = 0; j < N; ++j) c[j] = c[j] > T(0) ? c[j] : T(0);
+    else
+      for (int64_t j = 0; j < N; ++j) c[j] *= ep.gate[i * ep.ldg + j] > T(0) ? T(1) : T(0);
+  }
+}
+
+// C = act(beta * C + bias) over an M x N window (K == 0 or alpha == 0): BLAS semantics, A and B
+// unread.
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc, const GemmEpilogue<T>& ep) {
   for (int64_t i = 0; i < M; ++i) {
     T* c = C + i * ldc;
     if (beta == T(0))
       std::fill(c, c + N, T(0));
     else if (beta != T(1))
       for (int64_t j = 0; j < N; ++j) c[j] *= beta;
-    if (bias)
-      for (int64_t j = 0; j < N; ++j) c[j] += bias[j];
+    if (ep.bias)
+      for (int64_t j = 0; j < N; ++j) c[j] += ep.bias[j];
   }
+  activate_rows(ep, 0, M, N, C, ldc);
 }
 
 // The even split of n items over parts: [begin, end) of part p.
@@ -99,10 +114,18 @@ struct GemmDriver {
     int64_t ldc;
     // op(B) already packed (see pack_whole_b), or null: then each unit packs its own B panels.
     const T* b_packed = nullptr;
-    // N values added to every row of C (a linear layer's bias), or null.
-    const T* bias = nullptr;
-    // The bias of the tile at column j in depth block k0: only the first block adds it.
-    const T* bias_at(int64_t k0, int64_t j) const { return bias && k0 == 0 ? bias + j : nullptr; }
+    // What is done to C as it is stored: bias, activation (kernels/types.hpp).
+    GemmEpilogue<T> ep = {};
+    // The epilogue of the tile at row i, column j of C in the depth block [k0, k0 + kb), filled in
+    // te, or null when there is none: the bias on the first block, the activation on the last.
+    const TileEpilogue<T>* tile_epilogue(int64_t i, int64_t j, int64_t k0, int64_t kb,
+                                         TileEpilogue<T>& te) const {
+      te.bias = ep.bias && k0 == 0 ? ep.bias + j : nullptr;
+      te.act = k0 + kb >= K ? ep.act : GemmAct::none;
+      te.gate = te.act == GemmAct::relu_gate ? ep.gate + i * ep.ldg + j : nullptr;
+      te.ldg = ep.ldg;
+      return te.bias || te.act != GemmAct::none ? &te : nullptr;
+    }
     // Transposed A is packed (see a_in_panels), unless it is small enough to be read in place
     // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
     bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= max_unpacked_a<Tile>(); }
@@ -241,17 +264,17 @@ struct GemmDriver {
   template <bool AK>
   static void first_use_tile(bool pack_a, bool pack_b, int64_t kb, const T* a, int64_t lda, const T* b,
                              int64_t ldb, T* c, int64_t ldc, T alpha, T beta, int rows, T* a_out, T* b_out,
-                             const T* bias) {
+                             const TileEpilogue<T>* ep) {
     if constexpr (AK) {
       if (pack_a && pack_b)
         return micro_kernel<Arch, T, MR, NV, AK, true, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
-                                                             NR, b_out, a_out, bias);
+                                                             NR, b_out, a_out, ep);
       if (pack_a)
         return micro_kernel<Arch, T, MR, NV, AK, false, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
-                                                              NR, nullptr, a_out, bias);
+                                                              NR, nullptr, a_out, ep);
     }
     micro_kernel<Arch, T, MR, NV, AK, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows, NR, b_out, nullptr,
-                                            bias);
+                                            ep);
   }
 
   // One unit: rows [mp_lo*MR, mp_hi*MR) (panels) and columns [n_lo, n_hi) of C, all depths.
@@ -347,20 +370,21 @@ struct GemmDriver {
               const T* bp = packed ? panels + jp * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
-              const T* bias = pr.bias_at(k0, j0 + jp * NR);
+              TileEpilogue<T> te;
+              const TileEpilogue<T>* ep = pr.tile_epilogue(ip * MR, j0 + jp * NR, k0, kb, te);
               const bool pack_b_now = ip == mp_lo && jp < first_use;
               const bool pack_a_now = a_first_use && j0 == n_lo && jp == 0;
               if (pack_a_now || pack_b_now)
                 first_use_tile<AK>(
                     pack_a_now, pack_b_now, kb, pack_a_now ? pr.a + ip * MR + k0 * pr.a_cs : ap,
                     pack_a_now ? pr.a_cs : lda, pack_b_now ? b_src + jp * NR : bp, pack_b_now ? pr.b_ks : ldb,
-                    c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs, bias);
+                    c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs, ep);
               else if (cols == NR)
                 micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
-                                                  nullptr, nullptr, bias);
+                                                  nullptr, nullptr, ep);
               else
                 edge.fn[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
-                                                nullptr, nullptr, bias);
+                                                nullptr, nullptr, ep);
             };
             if (rows_outer) {
               // MR rows of A stay in L1 while the B panels stream past.
@@ -396,23 +420,26 @@ struct GemmDriver {
   }
 
   // One GEMM on up to nt threads. b_packed: op(B) as pack_whole_b left it (B is still passed: the
-  // small-matrix path reads it in place). bias: N values added to every row of C, or null.
+  // small-matrix path reads it in place). ep: what is done to C as it is stored.
   static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                    const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int nt, const T* b_packed = nullptr,
-                   const T* bias = nullptr) {
+                   const GemmEpilogue<T>& ep = {}) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == T(0)) {
-      scale_c(M, N, beta, C, ldc, bias);
+      scale_c(M, N, beta, C, ldc, ep);
       return;
     }
     // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
     // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
-    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc,
-               b_packed, bias};
+    Problem pr{M, N,   K,        alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1,
+               C, ldc, b_packed, ep};
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
-    if (M == 1 && flops < kMaxRowFlops) return one_row(pr);  // B itself, packed or not: the same bits
+    if (M == 1 && flops < kMaxRowFlops) {  // B itself, packed or not: the same bits
+      one_row(pr);
+      return activate_rows(ep, 0, 1, N, C, ldc);
+    }
     nt = int(std::clamp<double>(flops / kMinFlopsPerThread, 1.0, double(nt)));
     // No more threads than tiles; none at all inside someone else's parallel region; and none while
     // a team costs more than it saves (see TeamCost).
@@ -442,7 +469,7 @@ struct GemmDriver {
   }
 
   // A long-depth product with a small C (a weight gradient dW = dy^T x over a batch's 2048 rows) is
-  // computed as two halves of the depth, C = (beta C + bias + alpha A_lo B_lo) + alpha A_hi B_hi, the
+  // computed as two halves of the depth, C = act((beta C + bias + alpha A_lo B_lo) + alpha A_hi B_hi), the
   // upper half into a partial that is then added in. At two threads each half has a thread, which
   // packs and reads only its own rows of both operands: the rows the ops before the backward left
   // in that core's cache, where cutting C made both threads read and pack all of them. Whether to
@@ -462,7 +489,8 @@ struct GemmDriver {
     hi.K = pr.K - lo.K;
     hi.a = pr.a + lo.K * pr.a_cs;
     hi.b = pr.b + lo.K * pr.b_ks;
-    hi.beta = T(0), hi.bias = nullptr;
+    lo.ep.act = GemmAct::none;  // activated as the halves are added
+    hi.beta = T(0), hi.ep = {};
     hi.c = scratch<T>(2, pr.M * pr.N), hi.ldc = pr.N;
     auto add_rows = [&](int64_t i0, int64_t i1) {  // C += the upper half's partial
       for (int64_t i = i0; i < i1; ++i) {
@@ -470,6 +498,7 @@ struct GemmDriver {
         const T* p = hi.c + i * pr.N;
         for (int64_t j = 0; j < pr.N; ++j) c[j] += p[j];
       }
+      activate_rows(pr.ep, i0, i1, pr.N, pr.c, pr.ldc);
     };
     auto one_thread = [&] {
       run_thread(lo, 0, 1, Units{1, 1}, nullptr, nullptr);
@@ -531,13 +560,13 @@ struct GemmDriver {
     const int64_t as = pr.a_cs;
     auto put = [&](int64_t j, T sum) {  // BLAS semantics: beta = 0 never reads C
       T& c = pr.c[j];
-      const T add = (pr.bias ? pr.bias[j] : T(0)) + (pr.beta == T(0) ? T(0) : pr.beta * c);
+      const T add = (pr.ep.bias ? pr.ep.bias[j] : T(0)) + (pr.beta == T(0) ? T(0) : pr.beta * c);
       c = pr.alpha * sum + add;
     };
     auto put_vector = [&](int64_t j, const V& sum) {
       V r = V(pr.alpha) * sum;
       if (pr.beta != T(0)) r = xsimd::fma(V(pr.beta), V::load_unaligned(pr.c + j), r);
-      if (pr.bias) r += V::load_unaligned(pr.bias + j);
+      if (pr.ep.bias) r += V::load_unaligned(pr.ep.bias + j);
       r.store_unaligned(pr.c + j);
     };
     if (pr.b_js == 1) {  // c[j] = sum_k a_k b[k, j]: rows of B stream past four vectors of C
@@ -621,17 +650,18 @@ struct GemmDriver {
         const int cols = int(std::min<int64_t>(NR, pr.N - j));
         T* c = pr.c + i * pr.ldc + j;
         const T* bp = pr.b + j;
-        const T* bias = pr.bias_at(0, j);
+        TileEpilogue<T> te;
+        const TileEpilogue<T>* ep = pr.tile_epilogue(i, j, 0, pr.K, te);
         if (cols == NR) {
           if (ak)
             micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
-                                                rows, cols, nullptr, nullptr, bias);
+                                                rows, cols, nullptr, nullptr, ep);
           else
             micro_kernel<Arch, T, MR, NV, false>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
-                                                 rows, cols, nullptr, nullptr, bias);
+                                                 rows, cols, nullptr, nullptr, ep);
         } else {
           const auto fn = ak ? kernels<true>().fn[cols / W - 1] : kernels<false>().fn[cols / W - 1];
-          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr, nullptr, bias);
+          fn(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr, nullptr, ep);
         }
       }
     }

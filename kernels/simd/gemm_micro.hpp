@@ -15,9 +15,11 @@
 //     is cut by the matrix edge must be packed.
 //   - c: the rows x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
 //     When beta == 0, C is never read (NaN or Inf in C do not propagate).
-//   - bias: null, or the tile's n_valid column values (contiguous), added to every row of the tile:
-//     C = alpha * (a . b) + (bias + beta * C). A linear layer's bias this way costs NVE loads a
-//     tile instead of a pass that writes all of C before the product (and the product's read of it).
+//   - ep: null (C as above), or the tile's epilogue (TileEpilogue): its bias, the tile's n_valid
+//     column values (contiguous) or null, added to every row: C = alpha * (a . b) + (bias + beta * C);
+//     then its activation (GemmAct, kernels/types.hpp) on each stored value, the gate read at the
+//     tile's own rows and columns. A linear layer's bias and ReLU this way cost a few loads or
+//     instructions a tile instead of passes over all of C (and the product's read of it).
 //   - Full tiles (rows == MR, n_valid == NVE*W) are stored straight from registers; a short or
 //     ragged tile goes through a small stack tile so nothing outside rows x n_valid is touched.
 //   - kc >= 1 (the driver handles K == 0 itself).
@@ -42,13 +44,25 @@
 #include <utility>
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/types.hpp"
+
 namespace tapegrad::kernels::simd::gemm_detail {
+
+// The epilogue of one tile (see the contract): pointers at the tile's first column (bias) and its
+// first element (gate). The driver adds the bias on the first depth block and activates on the last.
+template <class T>
+struct TileEpilogue {
+  const T* bias = nullptr;
+  GemmAct act = GemmAct::none;
+  const T* gate = nullptr;
+  int64_t ldg = 0;
+};
 
 template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
 __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b, int64_t ldb, T* __restrict c,
     int64_t ldc, T alpha, T beta, int rows, int n_valid, T* __restrict b_out = nullptr,
-    T* __restrict a_out = nullptr, const T* __restrict bias = nullptr) {
+    T* __restrict a_out = nullptr, const TileEpilogue<T>* ep = nullptr) {
   static_assert(!PackA || AK, "A is packed into column-major panels");
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
@@ -92,21 +106,61 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
   }
 
   const V va(alpha);
-  if (rows == MRE && n_valid == NVE * W) {
-    if (bias) {
+  if (ep) {
+    // A value v stored at row i, vector j (full tiles) or column j (ragged ones), then activated.
+    auto activate = [&](V v, int i, int j) {
+      if (ep->act == GemmAct::relu) return xsimd::select(v > V(T(0)), v, V(T(0)));
+      const V g = V::load_unaligned(ep->gate + i * ep->ldg + j * W);
+      return v * xsimd::select(g > V(T(0)), V(T(1)), V(T(0)));
+    };
+    auto activate_one = [&](T v, int i, int j) {
+      if (ep->act == GemmAct::relu) return v > T(0) ? v : T(0);
+      return v * (ep->gate[i * ep->ldg + j] > T(0) ? T(1) : T(0));
+    };
+    const bool act = ep->act != GemmAct::none;
+    const T* bias = ep->bias;
+    if (rows == MRE && n_valid == NVE * W) {
       V vbias[NVE];
 #pragma GCC unroll 8
-      for (int j = 0; j < NVE; ++j) vbias[j] = V::load_unaligned(bias + j * W);
+      for (int j = 0; j < NVE; ++j) vbias[j] = bias ? V::load_unaligned(bias + j * W) : V(T(0));
       const V vb(beta);
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
         for (int j = 0; j < NVE; ++j) {
           T* p = c + i * ldc + j * W;
-          const V add = beta == T(0) ? vbias[j] : xsimd::fma(vb, V::load_unaligned(p), vbias[j]);
-          xsimd::fma(va, acc[i][j], add).store_unaligned(p);
+          V v;  // the three cases round as the plain stores below do
+          if (bias)
+            v = xsimd::fma(va, acc[i][j],
+                           beta == T(0) ? vbias[j] : xsimd::fma(vb, V::load_unaligned(p), vbias[j]));
+          else if (beta == T(0))
+            v = va * acc[i][j];
+          else
+            v = xsimd::fma(va, acc[i][j], vb * V::load_unaligned(p));
+          (act ? activate(v, i, j) : v).store_unaligned(p);
         }
-    } else if (beta == T(0)) {
+      return;
+    }
+    alignas(64) T tile[MRE][NVE * W];
+#pragma GCC unroll 16
+    for (int i = 0; i < MRE; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
+    for (int i = 0; i < rows; ++i) {
+      T* p = c + i * ldc;
+      for (int j = 0; j < n_valid; ++j) {
+        T v;
+        if (bias)
+          v = tile[i][j] + (beta == T(0) ? bias[j] : bias[j] + beta * p[j]);
+        else
+          v = beta == T(0) ? tile[i][j] : tile[i][j] + beta * p[j];
+        p[j] = act ? activate_one(v, i, j) : v;
+      }
+    }
+    return;
+  }
+  if (rows == MRE && n_valid == NVE * W) {
+    if (beta == T(0)) {
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
@@ -131,11 +185,7 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
   for (int i = 0; i < rows; ++i) {
     T* p = c + i * ldc;
-    if (bias && beta == T(0))
-      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + bias[j];
-    else if (bias)
-      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + (bias[j] + beta * p[j]);
-    else if (beta == T(0))
+    if (beta == T(0))
       for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j];
     else
       for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + beta * p[j];
@@ -144,7 +194,7 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
 
 template <class T>
 using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int, T*,
-                               T*, const T*);
+                               T*, const TileEpilogue<T>*);
 
 // The instances by width: fn[v - 1] computes v vectors (and any number of rows up to MR).
 template <class Arch, class T, int MR, int NV, bool AK>

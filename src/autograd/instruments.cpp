@@ -130,13 +130,14 @@ void TapeRecorder::recorded(const Tape& tape, size_t index) {
     if (k >= 0) row.depth = std::max(row.depth, rows_[size_t(k)].depth);
   }
   row.depth += 1;
-  // What this entry keeps alive: its inputs' and output's storages, unless a parameter's or seen.
+  // What this entry keeps alive: its inputs', output's and saved storages, unless a parameter's or seen.
   auto keep = [&](const Tensor& t) {
     if (!t.defined() || is_parameter(t) || !t.impl()->storage) return;
     if (saved_.insert(t.impl()->storage.get()).second) row.saved_bytes += t.impl()->storage->capacity;
   };
   for (const Tensor& in : e.inputs) keep(in);
   keep(e.output);
+  for (const Tensor& t : e.saved) keep(t);
   producer_[e.output.impl()] = row.index;
   rows_.push_back(std::move(row));
   bytes_at_last_record_ = memory::stats().bytes_in_use;
@@ -215,6 +216,11 @@ std::string TapeRecorder::json() const {
 // ---- OpProfile ------------------------------------------------------------------------------------
 
 double forward_flops(const TapeEntry& e) {
+  if (e.op == OpKind::feed_forward_relu) {  // inputs x [.., in], w1 [hidden, in], w2 [out, hidden], ..
+    const double hidden = double(e.inputs[1].size(0)), in = double(e.inputs[1].size(1));
+    const double out = double(e.inputs[2].size(0)), rows = double(e.output.numel()) / out;
+    return 2.0 * rows * hidden * (in + out);
+  }
   if ((e.op != OpKind::matmul && e.op != OpKind::linear) || e.inputs.empty()) return 0;
   const Shape& a = e.inputs[0].shape();
   return 2.0 * double(e.output.numel()) * double(a.ndim() ? a[a.ndim() - 1] : 1);

@@ -177,8 +177,8 @@ void push_entry(TapeEntry entry) {
 }  // namespace
 
 void record(OpKind op, std::vector<Tensor> inputs, const Tensor& output,
-            std::function<void(const Tensor&)> backward) {
-  push_entry(TapeEntry{op, std::move(inputs), output, std::move(backward), {}});
+            std::function<void(const Tensor&)> backward, std::vector<Tensor> saved) {
+  push_entry(TapeEntry{op, std::move(inputs), output, std::move(backward), {}, std::move(saved)});
 }
 
 void record_custom(std::string name, std::vector<Tensor> inputs, const Tensor& output,

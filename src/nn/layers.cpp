@@ -90,10 +90,14 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation act, double p, 
 }
 
 Tensor FeedForward::forward(const Tensor& x, Generator& gen) const {
+  if (act_ == Activation::relu) {  // one op, the same values and the same draw from gen as below
+    const bool dropping = drop->training() && drop->p() > 0;
+    const uint64_t seed = dropping ? gen.next_u64() : 0;
+    return feed_forward_relu(x, linear1->weight, linear1->bias, linear2->weight, linear2->bias,
+                             dropping ? drop->p() : 0.0, seed);
+  }
   const Tensor h = linear1->forward(x);
-  const Tensor a = act_ == Activation::relu         ? relu(h)
-                   : act_ == Activation::gelu_exact ? gelu(h, GeluApprox::exact)
-                                                    : gelu(h, GeluApprox::tanh);
+  const Tensor a = gelu(h, act_ == Activation::gelu_exact ? GeluApprox::exact : GeluApprox::tanh);
   return linear2->forward(drop->forward(a, gen));
 }
 

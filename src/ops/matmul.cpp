@@ -307,7 +307,7 @@ std::shared_ptr<PackedWeight> packed_weight(const Tensor& weight, const Tensor& 
   const PackCache::Key key{im.storage->data,    im.offset, weight.size(0), weight.size(1), weight.strides()[0],
                            weight.strides()[1], weight.dtype()};
   auto& entry = pack_cache.map[key];
-  if (!entry) entry = std::make_shared<PackedWeight>(PackedWeight{weight, w});
+  if (!entry) entry = std::make_shared<PackedWeight>(PackedWeight{weight, w, {}, {}, {}});
   return entry;
 }
 
@@ -401,71 +401,164 @@ WeightPackScope::~WeightPackScope() {
   if (outermost_) pack_cache.map.clear();
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_same_float(x, weight, "linear");
-  if (bias.defined()) detail::check_same_float(x, bias, "linear");
+namespace {
+
+// One linear layer's operands as its forward and backward use them.
+struct LinearCall {
+  Tensor x, xc, weight, w, bias, b;  // as given, and their contiguous data (b undefined: no bias)
+  int64_t rows = 0, in = 0, out = 0;
+  std::shared_ptr<PackedWeight> packed;      // while a WeightPackScope is open
+  std::shared_ptr<StackedWeightGrad> stack;  // a recorded use with few rows (see stacked_grad)
+};
+
+LinearCall linear_call(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  detail::check_same_float(x, weight, op);
+  if (bias.defined()) detail::check_same_float(x, bias, op);
   if (x.ndim() < 1 || weight.ndim() != 2 || x.size(-1) != weight.size(1) ||
       (bias.defined() && (bias.ndim() != 1 || bias.size(0) != weight.size(0))))
-    throw ShapeError("linear: expected x=[..,in] weight=[out,in] bias=[out], got x=" + to_string(x.shape()) +
-                     " weight=" + to_string(weight.shape()) +
+    throw ShapeError(std::string(op) + ": expected x=[..,in] weight=[out,in] bias=[out], got x=" +
+                     to_string(x.shape()) + " weight=" + to_string(weight.shape()) +
                      " bias=" + (bias.defined() ? to_string(bias.shape()) : std::string("none")));
-  const Tensor xc = detail::contiguous_data(x);
-  const Tensor w = detail::contiguous_data(weight);
-  const Tensor b = bias.defined() ? detail::contiguous_data(bias) : Tensor();
-  const int64_t in = w.size(1), out = w.size(0), rows = xc.numel() / std::max<int64_t>(in, 1);
+  LinearCall l;
+  l.x = x, l.xc = detail::contiguous_data(x), l.weight = weight, l.w = detail::contiguous_data(weight);
+  if (bias.defined()) l.bias = bias, l.b = detail::contiguous_data(bias);
+  l.in = l.w.size(1), l.out = l.w.size(0), l.rows = l.xc.numel() / std::max<int64_t>(l.in, 1);
+  l.packed = packed_weight(weight, l.w);
+  return l;
+}
+
+// y = act(x W^T + b) into y ([rows, out], contiguous): bias and activation as the tiles are stored.
+template <class T>
+void linear_forward(const LinearCall& l, T* y, kernels::GemmAct act = kernels::GemmAct::none) {
+  const kernels::GemmEpilogue<T> ep{l.b.defined() ? l.b.data<T>() : nullptr, act};
+  if (l.packed)
+    kernels::gemm_packed_b<T>(false, l.rows, T(1), l.xc.data<T>(), l.in, l.packed->get<T>(false), T(0), y,
+                              l.out, ep);
+  else
+    kernels::gemm<T>(false, true, l.rows, l.out, l.in, T(1), l.xc.data<T>(), l.in, l.w.data<T>(), l.in, T(0),
+                     y, l.out, ep);
+}
+
+// dx = dy W;  dW = dy^T x;  db = sum over rows of dy. dx is added to x's gradient, or, given dx_out
+// ([rows, in]), written there as act(alpha * dy W) (ep: the gradient gate of an activation before
+// this layer, see feed_forward_relu).
+template <class T>
+void linear_backward(const LinearCall& l, const Tensor& dy, T* dx_out = nullptr, T alpha = T(1),
+                     kernels::GemmEpilogue<T> ep = {}) {
+  const int64_t rows = l.rows, in = l.in, out = l.out;
+  bool fresh = false;
+  if (dx_out || l.x.requires_grad()) {
+    Tensor dx;
+    if (!dx_out) dx = grad_buffer(l.x, &fresh);
+    T* dst = dx_out ? dx_out : dx.data<T>();
+    const T beta = dx_out || fresh ? T(0) : T(1);
+    if (l.packed)
+      kernels::gemm_packed_b<T>(false, rows, alpha, dy.data<T>(), out, l.packed->get<T>(true), beta, dst, in,
+                                ep);
+    else
+      kernels::gemm<T>(false, false, rows, in, out, alpha, dy.data<T>(), out, l.w.data<T>(), in, beta, dst,
+                       in, ep);
+  }
+  if (l.stack) {
+    l.stack->add<T>(dy, l.xc, rows);
+  } else if (l.weight.requires_grad()) {
+    Tensor dw = grad_buffer(l.weight, &fresh);
+    kernels::gemm<T>(true, false, out, in, rows, T(1), dy.data<T>(), out, l.xc.data<T>(), in,
+                     fresh ? T(0) : T(1), dw.data<T>(), in);
+  }
+  if (l.bias.defined() && l.bias.requires_grad()) {
+    Tensor colsum = Tensor::empty({out}, dy.dtype());
+    kernels::sum_axis<T>(1, rows, out, dy.data<T>(), colsum.data<T>());
+    accumulate_grad(l.bias, colsum);
+  }
+}
+
+// The output shape of a linear layer on x: x's with the last dimension `out`.
+Shape linear_shape(const Tensor& x, int64_t out) {
   Shape ys = x.shape();
   ys[ys.ndim() - 1] = out;
-  Tensor y = Tensor::empty(ys, x.dtype());
-  const std::shared_ptr<PackedWeight> packed = packed_weight(weight, w);
-  visit_float(x.dtype(), "linear", [&]<class T>() {
-    T* yp = y.data<T>();
-    const T* bp = b.defined() ? b.data<T>() : nullptr;  // added as the GEMM stores its tiles
-    if (packed)
-      kernels::gemm_packed_b<T>(false, rows, T(1), xc.data<T>(), in, packed->get<T>(false), T(0), yp, out,
-                                bp);
-    else
-      kernels::gemm<T>(false, true, rows, out, in, T(1), xc.data<T>(), in, w.data<T>(), in, T(0), yp, out,
-                       bp);
-  });
+  return ys;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  LinearCall l = linear_call(x, weight, bias, "linear");
+  Tensor y = Tensor::empty(linear_shape(x, l.out), x.dtype());
+  visit_float(x.dtype(), "linear", [&]<class T>() { linear_forward<T>(l, y.data<T>()); });
   std::vector<Tensor> inputs = {x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (should_record(inputs)) {
-    const std::shared_ptr<StackedWeightGrad> stack = stacked_grad(weight, rows, in, out);
-    record(OpKind::linear, std::move(inputs), y, [x, xc, weight, w, bias, rows, in, out, packed, stack](const Tensor& dy) {
+    l.stack = stacked_grad(weight, l.rows, l.in, l.out);
+    record(OpKind::linear, std::move(inputs), y, [l](const Tensor& dy) {
       // dx = dy W;  dW = dy^T x;  db = sum over rows of dy
       if (creating_graph()) {  // the same with recorded ops on the recorded x and weight (no packs, no stack)
-        const Tensor dy2 = reshape(dy, {rows, out});
-        if (x.requires_grad()) accumulate_grad(x, matmul(dy, weight));
-        if (weight.requires_grad())
-          accumulate_grad(weight, matmul(transpose(dy2, 0, 1), reshape(x, {rows, in})));
-        if (bias.defined() && bias.requires_grad()) accumulate_grad(bias, sum(dy2, 0));
+        const Tensor dy2 = reshape(dy, {l.rows, l.out});
+        if (l.x.requires_grad()) accumulate_grad(l.x, matmul(dy, l.weight));
+        if (l.weight.requires_grad())
+          accumulate_grad(l.weight, matmul(transpose(dy2, 0, 1), reshape(l.x, {l.rows, l.in})));
+        if (l.bias.defined() && l.bias.requires_grad()) accumulate_grad(l.bias, sum(dy2, 0));
         return;
       }
-      visit_float(dy.dtype(), "backward", [&]<class T>() {
-        bool fresh = false;
-        if (x.requires_grad()) {
-          Tensor dx = grad_buffer(x, &fresh);
-          if (packed)
-            kernels::gemm_packed_b<T>(false, rows, T(1), dy.data<T>(), out, packed->get<T>(true), fresh ? T(0) : T(1),
-                                      dx.data<T>(), in);
-          else
-            kernels::gemm<T>(false, false, rows, in, out, T(1), dy.data<T>(), out, w.data<T>(), in,
-                             fresh ? T(0) : T(1), dx.data<T>(), in);
-        }
-        if (stack) {
-          stack->add<T>(dy, xc, rows);
-        } else if (weight.requires_grad()) {
-          Tensor dw = grad_buffer(weight, &fresh);
-          kernels::gemm<T>(true, false, out, in, rows, T(1), dy.data<T>(), out, xc.data<T>(), in,
-                           fresh ? T(0) : T(1), dw.data<T>(), in);
-        }
-        if (bias.defined() && bias.requires_grad()) {
-          Tensor colsum = Tensor::empty({out}, dy.dtype());
-          kernels::sum_axis<T>(1, rows, out, dy.data<T>(), colsum.data<T>());
-          accumulate_grad(bias, colsum);
-        }
-      });
+      visit_float(dy.dtype(), "backward", [&]<class T>() { linear_backward<T>(l, dy); });
     });
+  }
+  return y;
+}
+
+namespace detail {
+
+Tensor feed_forward_relu_composite(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                                   const Tensor& b2, double dropout_p, uint64_t dropout_seed) {
+  return linear(dropout(relu(linear(x, w1, b1)), dropout_p, true, dropout_seed), w2, b2);
+}
+
+}  // namespace detail
+
+Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                         const Tensor& b2, double dropout_p, uint64_t dropout_seed) {
+  const char* op = "feed_forward_relu";
+  if (!(dropout_p >= 0 && dropout_p < 1))
+    throw Error(std::string(op) + ": dropout must be in [0, 1), got " + std::to_string(dropout_p));
+  LinearCall l1 = linear_call(x, w1, b1, op);
+  // h = dropout(relu(x W1^T + b1)), [rows, hidden]: linear2's input, kept for its backward
+  const Tensor h = Tensor::empty({l1.rows, l1.out}, x.dtype());
+  visit_float(x.dtype(), op, [&]<class T>() {
+    linear_forward<T>(l1, h.data<T>(), kernels::GemmAct::relu);
+    if (dropout_p > 0)
+      kernels::dropout<T>(h.numel(), h.data<T>(), dropout_p, dropout_seed, h.data<T>(), false);
+  });
+  LinearCall l2 = linear_call(h, w2, b2, op);
+  Tensor y = Tensor::empty(linear_shape(x, l2.out), x.dtype());
+  visit_float(x.dtype(), op, [&]<class T>() { linear_forward<T>(l2, y.data<T>()); });
+  std::vector<Tensor> inputs = {x, w1, w2};
+  if (b1.defined()) inputs.push_back(b1);
+  if (b2.defined()) inputs.push_back(b2);
+  if (should_record(inputs)) {
+    l1.stack = stacked_grad(w1, l1.rows, l1.in, l1.out);
+    l2.stack = stacked_grad(w2, l2.rows, l2.in, l2.out);
+    record(
+        OpKind::feed_forward_relu, std::move(inputs), y,
+        [l1, l2, dropout_p, dropout_seed](const Tensor& dy) {
+          // dz = (dy W2) * [h > 0] / (1 - p) (h > 0 iff relu passed it and dropout kept it); then
+          // linear2's dW2, db2 from dy and h, linear1's dx, dW1, db1 from dz
+          if (creating_graph()) {
+            backward_through(
+                [&] {
+                  return detail::feed_forward_relu_composite(l1.x, l1.weight, l1.bias, l2.weight, l2.bias,
+                                                             dropout_p, dropout_seed);
+                },
+                dy);
+            return;
+          }
+          visit_float(dy.dtype(), "backward", [&]<class T>() {
+            const Tensor dz = Tensor::empty({l1.rows, l1.out}, dy.dtype());
+            const kernels::GemmEpilogue<T> gate{nullptr, kernels::GemmAct::relu_gate, l2.xc.data<T>(), l2.in};
+            linear_backward<T>(l2, dy, dz.data<T>(), T(1.0 / (1.0 - dropout_p)), gate);
+            linear_backward<T>(l1, dz);
+          });
+        },
+        {h});
   }
   return y;
 }

@@ -99,6 +99,13 @@ std::vector<OpCheck> build() {
             for (int t = 0; t < 3; ++t) h = tanh(linear(h, x[1], x[2]));
             return h;
           });
+  add_row("feed_forward_relu", "x[2,3,4] w1[6,4] b1[6] w2[5,6] b2[5]",
+          {in({2, 3, 4}), in({6, 4}), in({6}), in({5, 6}), in({5})},
+          [](Inputs x) { return feed_forward_relu(x[0], x[1], x[2], x[3], x[4]); });
+  // hidden 70: a full and a ragged AVX-512 tile in both gated GEMMs; dropout 0.3 (seed 9) on h.
+  add_row("feed_forward_relu", "x[3,5] w1[70,5] w2[4,70], no biases, dropout 0.3",
+          {in({3, 5}), in({70, 5}), in({4, 70})},
+          [](Inputs x) { return feed_forward_relu(x[0], x[1], Tensor(), x[2], Tensor(), 0.3, 9); });
 
   // ---- shape
   add_row("transpose", "[3,4] 0<->1", {in({3, 4})}, [](Inputs x) { return transpose(x[0], 0, 1); });

@@ -76,5 +76,7 @@ Tensor gru_cell_composite(const Tensor& xp, const Tensor& hp, const Tensor& h);
 Tensor additive_score_composite(const Tensor& keys, const Tensor& query, const Tensor& v);
 Tensor scaled_dot_product_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const AttentionSpec& spec);
+Tensor feed_forward_relu_composite(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                                   const Tensor& b2, double dropout_p, uint64_t dropout_seed);
 
 }  // namespace tapegrad::detail

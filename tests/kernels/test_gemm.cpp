@@ -69,12 +69,19 @@ struct Shape {
   int64_t pad;  // extra elements per row on every leading dimension
   double alpha, beta;
   bool bias = false;  // a random row of N values added to every row of C
+  // Then relu, or relu_gate: times [gate > 0] for a random M x N gate, about half of it positive.
+  k::GemmAct act = k::GemmAct::none;
 };
+
+const char* act_name(k::GemmAct act) {
+  return act == k::GemmAct::none ? "" : act == k::GemmAct::relu ? " relu" : " relu_gate";
+}
 
 std::string describe(const Shape& s) {
   return std::string(s.ta ? "t" : "n") + (s.tb ? "t" : "n") + " M=" + std::to_string(s.M) +
          " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) + " pad=" + std::to_string(s.pad) +
-         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta) + (s.bias ? " bias" : "");
+         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta) + (s.bias ? " bias" : "") +
+         act_name(s.act);
 }
 
 // Leading dimensions of a case's stored matrices (row-major, `pad` extra elements per row).
@@ -104,10 +111,11 @@ std::vector<T> initial_c(const Shape& s, const Dims& d, uint32_t seed) {
 
 // The reference result and the per-element error bound (see the file comment) of one matrix.
 template <class T>
-void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C0, const T* bias, T* ref,
-               T* bound) {
+void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C0, k::GemmEpilogue<T> ep,
+               T* ref, T* bound) {
+  const T* bias = ep.bias;
   std::copy(C0, C0 + d.c_size(), ref);
-  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A, d.lda, B, d.ldb, T(s.beta), ref, d.ldc, bias);
+  k::ref::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A, d.lda, B, d.ldb, T(s.beta), ref, d.ldc, ep);
   std::vector<T> absA(d.a_size()), absB(d.b_size());
   for (size_t i = 0; i < absA.size(); ++i) absA[i] = std::abs(A[i]);
   for (size_t i = 0; i < absB.size(); ++i) absB[i] = std::abs(B[i]);
@@ -120,6 +128,7 @@ void reference(const Shape& s, const Dims& d, const T* A, const T* B, const T* C
       const size_t ix = size_t(i * d.ldc + j);
       const double c = s.beta == 0 ? 0.0 : std::abs(double(C0[ix]));
       const double b = bias ? std::abs(double(bias[j])) : 0.0;
+      // The activations only shrink a difference (relu is 1-Lipschitz, the gate multiplies by 0 or 1).
       bound[ix] =
           T(2.0 * double(s.K + 2) * eps * (std::abs(s.alpha) * double(bound[ix]) + std::abs(s.beta) * c + b) +
             std::numeric_limits<T>::min());
@@ -148,31 +157,35 @@ template <class T>
 struct Problem {
   Shape s;
   Dims d;
-  std::vector<T> A, B, C0, bias, ref, bound;
+  std::vector<T> A, B, C0, bias, gate, ref, bound;
+  int64_t ldg;
 
-  explicit Problem(const Shape& sh) : s(sh), d(sh) {
+  explicit Problem(const Shape& sh) : s(sh), d(sh), ldg(sh.N + 3) {
     A = random_vector<T>(d.a_size(), 1);
     B = random_vector<T>(d.b_size(), 2);
     C0 = initial_c<T>(s, d, 3);
     if (s.bias) bias = random_vector<T>(size_t(std::max<int64_t>(s.N, 1)), 4);
+    if (s.act == k::GemmAct::relu_gate) gate = random_vector<T>(size_t(std::max<int64_t>(s.M * ldg, 1)), 5);
     ref.resize(d.c_size());
     bound.resize(d.c_size());
-    reference<T>(s, d, A.data(), B.data(), C0.data(), bias_data(), ref.data(), bound.data());
+    reference<T>(s, d, A.data(), B.data(), C0.data(), epilogue(), ref.data(), bound.data());
   }
-  const T* bias_data() const { return s.bias ? bias.data() : nullptr; }
+  k::GemmEpilogue<T> epilogue() const {
+    return {s.bias ? bias.data() : nullptr, s.act, gate.empty() ? nullptr : gate.data(), ldg};
+  }
 
   // Runs the dispatched GEMM on a fresh copy of C; returns the number of bad elements.
   int64_t check() const {
     std::vector<T> C = C0;
     k::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, T(s.alpha), A.data(), d.lda, B.data(), d.ldb, T(s.beta), C.data(),
-               d.ldc, bias_data());
+               d.ldc, epilogue());
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
 
   // The same through a packed B (pack_b made by the caller, possibly on another ISA).
   int64_t check_packed(const k::PackedB<T>& pb) const {
     std::vector<T> C = C0;
-    k::gemm_packed_b<T>(s.ta, s.M, T(s.alpha), A.data(), d.lda, pb, T(s.beta), C.data(), d.ldc, bias_data());
+    k::gemm_packed_b<T>(s.ta, s.M, T(s.alpha), A.data(), d.lda, pb, T(s.beta), C.data(), d.ldc, epilogue());
     return count_bad<T>(s, d, C0.data(), ref.data(), bound.data(), C.data());
   }
   // Packs B into `buf` (resized to the active path's packed size).
@@ -267,12 +280,13 @@ TEMPLATE_TEST_CASE("gemm: alpha and beta (beta = 0 never reads C)", "[kernels][g
   check_everywhere<TestType>({ta, tb, M, N, K, 2, alpha, beta});
 }
 
-TEMPLATE_TEST_CASE("gemm: a bias row added to every row of C, on the first depth block only",
+TEMPLATE_TEST_CASE("gemm: the epilogue, a bias row on the first depth block, relu or its gate on the last",
                    "[kernels][gemm]", float, double) {
-  // A linear layer's bias, added as the tiles are stored. Full and ragged tiles (N around the
-  // vectors and panels), the small-matrix and one-row paths, several depth blocks (K 600, 1100: the
-  // bias must be added once), the narrow tile (N <= 32), a tall product in bands at 2 threads (300 x
-  // 40), B packed on first use (64 x 256 x 768), with beta 0 (C never read) and beta != 0.
+  // A linear layer's bias and ReLU (and the ReLU's gradient gate), applied as the tiles are stored.
+  // Full and ragged tiles (N around the vectors and panels), the small-matrix and one-row paths,
+  // several depth blocks (K 600, 1100: the bias must be added once and the activation applied to
+  // the sum of all blocks), the narrow tile (N <= 32), a tall product in bands at 2 threads (300 x
+  // 40), B packed on first use (64 x 256 x 768), K 0, with beta 0 (C never read) and beta != 0.
   auto [M, N, K] = GENERATE(table<int64_t, int64_t, int64_t>({{1, 1, 1},
                                                               {7, 3, 2},
                                                               {33, 17, 65},
@@ -287,7 +301,10 @@ TEMPLATE_TEST_CASE("gemm: a bias row added to every row of C, on the first depth
                                                               {5, 7, 0}}));
   const double alpha = GENERATE(1.0, -0.5), beta = GENERATE(0.0, 0.75);
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
-  const Shape s{ta, tb, M, N, K, 1, alpha, beta, true};
+  const k::GemmAct act = GENERATE(k::GemmAct::none, k::GemmAct::relu, k::GemmAct::relu_gate);
+  // With an activation the bias is there half the time (the epilogue without one).
+  const bool bias = act == k::GemmAct::none || ta;
+  const Shape s{ta, tb, M, N, K, 1, alpha, beta, bias, act};
   check_everywhere<TestType>(s);
   // The same through a packed B, on every ISA and both thread counts.
   KernelStateGuard guard;
@@ -320,7 +337,10 @@ TEMPLATE_TEST_CASE("gemm: a long-depth product split in two halves of K, bitwise
                                                               {7, 3, 1500}}));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   const double beta = GENERATE(0.0, 0.5);
-  const Shape s{ta, tb, M, N, K, 1, 1.0, beta, beta != 0.0};
+  // With beta != 0, the bias and a ReLU gradient gate, applied after the halves are added (the
+  // gate's rows at each thread).
+  const k::GemmAct act = beta != 0.0 ? k::GemmAct::relu_gate : k::GemmAct::none;
+  const Shape s{ta, tb, M, N, K, 1, 1.0, beta, beta != 0.0, act};
   KernelStateGuard guard;
   const Problem<TestType> p(s);
   for (k::Isa isa : k::available_isas()) {
@@ -331,7 +351,7 @@ TEMPLATE_TEST_CASE("gemm: a long-depth product split in two halves of K, bitwise
       CAPTURE(describe(s), k::isa_name(isa), threads);
       c[threads - 1] = p.C0;
       k::gemm<TestType>(ta, tb, M, N, K, TestType(1), p.A.data(), p.d.lda, p.B.data(), p.d.ldb,
-                        TestType(beta), c[threads - 1].data(), p.d.ldc, p.bias_data());
+                        TestType(beta), c[threads - 1].data(), p.d.ldc, p.epilogue());
       CHECK(count_bad<TestType>(s, p.d, p.C0.data(), p.ref.data(), p.bound.data(), c[threads - 1].data()) ==
             0);
     }
@@ -379,7 +399,7 @@ TEMPLATE_TEST_CASE("gemm_batched: strides, broadcast operands, attention shapes"
   }
   std::vector<T> ref(C0.size()), bound(C0.size());
   for (int64_t b = 0; b < batch; ++b)
-    reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, nullptr, ref.data() + b * sc,
+    reference<T>(s, d, A.data() + b * sa, B.data() + b * sb, C0.data() + b * sc, {}, ref.data() + b * sc,
                  bound.data() + b * sc);
 
   on_every_isa_and_thread_count([&] {
@@ -443,8 +463,7 @@ TEMPLATE_TEST_CASE("gemm_nd_batched: batch dims that do not merge run as one bat
   for (int64_t m = 0; m < count; ++m) {
     const int64_t oa = offset(cs.a, m) * int64_t(d.a_size()), ob = offset(cs.b, m) * int64_t(d.b_size()),
                   oc = offset(cs.c, m) * int64_t(d.c_size());
-    reference<T>(s, d, A.data() + oa, B.data() + ob, C0.data() + oc, nullptr, ref.data() + oc,
-                 bound.data() + oc);
+    reference<T>(s, d, A.data() + oa, B.data() + ob, C0.data() + oc, {}, ref.data() + oc, bound.data() + oc);
   }
 
   on_every_isa_and_thread_count([&] {

@@ -1,8 +1,9 @@
 // The composites the fused ops' double backward goes through (gru_cell, additive_score,
-// scaled_dot_product_attention: src/ops/fused.cpp, src/ops/attention.cpp) against the fused kernels,
-// in float64 on the op registry's shapes: the same output (dropout's mask included), and under
-// create_graph the same first derivatives as the kernels' backward. (The second derivatives are
-// checked by gradgradcheck on the registry's rows: tapegrad gradcheck --order 2.)
+// scaled_dot_product_attention, feed_forward_relu: src/ops/fused.cpp, src/ops/attention.cpp,
+// src/ops/matmul.cpp) against the fused kernels, in float64 on the op registry's shapes: the same
+// output (dropout's mask included), and under create_graph the same first derivatives as the
+// kernels' backward. (The second derivatives are checked by gradgradcheck on the registry's rows:
+// tapegrad gradcheck --order 2.)
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -84,6 +85,19 @@ std::vector<Case> cases() {
       attention("dropout 0.3 seed 5", {q3, kv5, kv5}, spec(0.5, {}, false, 0.3, 5)),
       attention("dropout 0.5 seed 9, mask[3,4] causal", {q3, {2, 4, 2, 4}, {2, 4, 2, 4}},
                 spec(0.5, full, true, 0.5, 9)),
+      // Under tanh, so that every input's derivative depends on the inputs (b2's would not: sum of dy).
+      {"tanh(feed_forward_relu) x[2,3,4] w1[70,4] b1[70] w2[5,70] b2[5]",
+       {{2, 3, 4}, {70, 4}, {70}, {5, 70}, {5}},
+       [](Inputs x) { return tanh(feed_forward_relu(x[0], x[1], x[2], x[3], x[4])); },
+       [](Inputs x) {
+         return tanh(detail::feed_forward_relu_composite(x[0], x[1], x[2], x[3], x[4], 0, 0));
+       }},
+      {"tanh(feed_forward_relu) x[3,5] w1[70,5] w2[4,70], no biases, dropout 0.3 seed 9",
+       {{3, 5}, {70, 5}, {4, 70}},
+       [](Inputs x) { return tanh(feed_forward_relu(x[0], x[1], Tensor(), x[2], Tensor(), 0.3, 9)); },
+       [](Inputs x) {
+         return tanh(detail::feed_forward_relu_composite(x[0], x[1], Tensor(), x[2], Tensor(), 0.3, 9));
+       }},
       {"scaled_dot_product_attention q,k,v narrowed from x[2,3,24] (strided views)",
        {{2, 3, 24}},
        [](Inputs x) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -99,18 +100,28 @@ int64_t storage_bytes(const std::vector<Tensor>& ts) {
   return total;
 }
 
+// The width of an op column: at least `least`, and the longest of the ops' names it shows.
+template <class Range, class OpOf>
+int op_column(const Range& rows, OpOf op_of, int least) {
+  int width = least;
+  for (const auto& r : rows) width = std::max(width, int(std::strlen(op_name(op_of(r)))));
+  return width;
+}
+
 void print_rows(const std::vector<const TapeRow*>& rows) {
-  std::printf("%5s  %-15s %-16s %-44s %10s %9s %9s %10s\n", "#", "op", "output", "inputs", "saved", "fwd us",
-              "bwd us", "grad norm");
+  const int w = op_column(
+      rows, [](const TapeRow* r) { return r->op; }, 15);
+  std::printf("%5s  %-*s %-16s %-44s %10s %9s %9s %10s\n", "#", w, "op", "output", "inputs", "saved",
+              "fwd us", "bwd us", "grad norm");
   for (const TapeRow* r : rows) {
     std::string inputs;
     for (const auto& in : r->inputs) inputs += (inputs.empty() ? "" : ", ") + in;
     if (inputs.size() > 44) inputs = inputs.substr(0, 41) + "...";
     char norm[32] = "-";
     if (r->grad_norm >= 0) std::snprintf(norm, sizeof norm, "%.3e", r->grad_norm);
-    std::printf("%5lld  %-15s %-16s %-44s %10s %9.1f %9.1f %10s\n", (long long)r->index, op_name(r->op),
-                shape_text(r->output_shape).c_str(), inputs.c_str(), format_bytes(double(r->saved_bytes)).c_str(),
-                r->forward_us, r->backward_us, norm);
+    std::printf("%5lld  %-*s %-16s %-44s %10s %9.1f %9.1f %10s\n", (long long)r->index, w, op_name(r->op),
+                shape_text(r->output_shape).c_str(), inputs.c_str(),
+                format_bytes(double(r->saved_bytes)).c_str(), r->forward_us, r->backward_us, norm);
   }
 }
 
@@ -294,11 +305,11 @@ Runner add_profile(CLI::App& app) {
       }
     }
     const double n = double(*steps);
-    std::printf("profile of %s\n%lld steps of %lld sequences, %d thread%s, isa %s, measured peak %.1f GFLOP/s "
-                "(%.1f per core)\n",
-                s.description.c_str(), (long long)*steps, (long long)s.batch.batch_size(), threads,
-                threads == 1 ? "" : "s", runtime::active_isa().c_str(), peak, peak / threads);
-    std::printf("%-16s %9s %10s %10s %8s %10s %8s\n", "op", "calls", "fwd ms", "bwd ms", "share", "GFLOP/s", "peak");
+    std::printf(
+        "profile of %s\n%lld steps of %lld sequences, %d thread%s, isa %s, measured peak %.1f GFLOP/s "
+        "(%.1f per core)\n",
+        s.description.c_str(), (long long)*steps, (long long)s.batch.batch_size(), threads,
+        threads == 1 ? "" : "s", runtime::active_isa().c_str(), peak, peak / threads);
     struct Line {
       OpKind op;
       OpProfile::Row row;
@@ -310,21 +321,27 @@ Runner add_profile(CLI::App& app) {
         lines.push_back({OpKind(k), profile.rows()[size_t(k)]});
         in_ops += profile.rows()[size_t(k)].forward_s + profile.rows()[size_t(k)].backward_s;
       }
+    const int w = op_column(
+        lines, [](const Line& l) { return l.op; }, 16);
+    std::printf("%-*s %9s %10s %10s %8s %10s %8s\n", w, "op", "calls", "fwd ms", "bwd ms", "share", "GFLOP/s",
+                "peak");
     std::sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) {
       return a.row.forward_s + a.row.backward_s > b.row.forward_s + b.row.backward_s;
     });
     for (const Line& l : lines) {
       const double secs = l.row.forward_s + l.row.backward_s;
-      std::printf("%-16s %9.1f %10.3f %10.3f %7.1f%%", op_name(l.op), double(l.row.calls) / n, l.row.forward_s / n * 1e3,
-                  l.row.backward_s / n * 1e3, 100 * secs / total);
+      std::printf("%-*s %9.1f %10.3f %10.3f %7.1f%%", w, op_name(l.op), double(l.row.calls) / n,
+                  l.row.forward_s / n * 1e3, l.row.backward_s / n * 1e3, 100 * secs / total);
       if (l.row.flops > 0)
         std::printf(" %10.1f %7.1f%%\n", l.row.flops / secs * 1e-9, 100 * l.row.flops / secs * 1e-9 / peak);
       else
         std::printf("\n");
     }
     const double outside = std::max(0.0, total - in_ops - update);
-    std::printf("%-16s %9s %10.3f %10s %7.1f%%\n", "optimizer", "", update / n * 1e3, "", 100 * update / total);
-    std::printf("%-16s %9s %10.3f %10s %7.1f%%\n", "outside ops", "", outside / n * 1e3, "", 100 * outside / total);
+    std::printf("%-*s %9s %10.3f %10s %7.1f%%\n", w, "optimizer", "", update / n * 1e3, "",
+                100 * update / total);
+    std::printf("%-*s %9s %10.3f %10s %7.1f%%\n", w, "outside ops", "", outside / n * 1e3, "",
+                100 * outside / total);
     std::printf("step: %.3f ms (mean of %lld), %.0f target tokens/s\n", total / n * 1e3, (long long)*steps,
                 double(s.batch.target_tokens()) * n / total);
     return 0;
