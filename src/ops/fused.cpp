@@ -87,7 +87,8 @@ Tensor gru_cell(const Tensor& xp_in, const Tensor& hp_in, const Tensor& h_in) {
                                              dy.data<T>(), output(xp_in, &dxp), output(hp_in, &dhp),
                                              output(h_in, &dh));
              });
-           });
+           },
+           {rz, n, hp, h});  // the gates, and the copies made of strided inputs (views of them otherwise)
   }
   return y;
 }
