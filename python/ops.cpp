@@ -254,6 +254,25 @@ void bind_ops(py::module_& m, py::module_& ops) {
       "q [B, Tq, H, dk], k [B, Tk, H, dk], v [B, Tk, H, dv] -> [B, Tq, H, dv]", py::arg("q"), py::arg("k"),
       py::arg("v"), py::arg("scale") = 1.0, py::arg("mask") = py::none(), py::arg("causal") = false,
       py::arg("dropout") = 0.0, py::arg("dropout_seed") = 0);
+  ops.def(
+      "scaled_dot_product_attention_stacked",
+      [](T q, py::handle kv, int64_t heads, double scale, py::handle mask, bool causal, double dropout_p,
+         uint64_t dropout_seed) {
+        AttentionSpec spec;
+        spec.scale = scale;
+        spec.mask = opt(mask);
+        spec.causal = causal;
+        spec.dropout = dropout_p;
+        spec.dropout_seed = dropout_seed;
+        const Tensor kv_t = opt(kv);
+        py::gil_scoped_release r;
+        return scaled_dot_product_attention_stacked(q, kv_t, heads, spec);
+      },
+      "self-attention on qkv [B, T, 3C] (kv None), or q [B, Tq, C] with kv [B, Tk, 2C] -> [B, Tq, heads, C / "
+      "heads]",
+      py::arg("q"), py::arg("kv").none(true), py::arg("heads"), py::arg("scale") = 1.0,
+      py::arg("mask") = py::none(), py::arg("causal") = false, py::arg("dropout") = 0.0,
+      py::arg("dropout_seed") = 0);
 }
 
 }  // namespace tapegrad::python

@@ -208,5 +208,13 @@ struct AttentionSpec {
 /// with Tq > Tk, or every key -inf) is zeros, as in softmax.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionSpec& spec = {});
+/// The same on stacked projections, as MultiHeadAttention computes them (C = heads * d): self-attention
+/// on qkv [B, T, 3C] (queries, keys, values side by side; kv undefined), or queries q [B, Tq, C] and
+/// kv [B, Tk, 2C] (keys, values side by side). -> o [B, Tq, heads, d]. The heads are read in place,
+/// and backward writes the three gradients straight into the stacked tensors' gradients, where the
+/// op on narrowed views leaves three slices for narrow's backward to gather. One tape entry of kind
+/// scaled_dot_product_attention with the stacked tensors as its inputs.
+Tensor scaled_dot_product_attention_stacked(const Tensor& q, const Tensor& kv, int64_t heads,
+                                            const AttentionSpec& spec = {});
 
 }  // namespace tapegrad

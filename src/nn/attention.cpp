@@ -82,35 +82,47 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& memory, co
         to_string(query.shape()));
   const double scale = 1.0 / std::sqrt(double(dk));
   Tensor q, k, v;  // [B, T, H, dk] views of the projections (k, v undefined when the cache holds them)
+  // The stacked projections: qkv [B,T,3C] (stacked_kv undefined), or q [B,Tq,C] and kv [B,Tk,2C].
+  Tensor stacked_q, stacked_kv;
   if (cache && !self && cache->len > 0) {  // cross-attention: memory's keys and values from the first step
     q = split_heads(q_proj->forward(query), Tq);
   } else if (self && stack) {
-    const Tensor qkv = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});  // [B,T,3C]
-    q = part(qkv, 0, Tq), k = part(qkv, 1, Tk), v = part(qkv, 2, Tk);
+    stacked_q = project(query, {q_proj.get(), k_proj.get(), v_proj.get()});
+  } else if (stack) {
+    stacked_q = q_proj->forward(query), stacked_kv = project(memory, {k_proj.get(), v_proj.get()});
   } else {
     q = split_heads(q_proj->forward(query), Tq);
-    if (stack) {
-      const Tensor kv = project(memory, {k_proj.get(), v_proj.get()});  // [B,Tk,2C]
-      k = part(kv, 0, Tk), v = part(kv, 1, Tk);
-    } else {
-      k = split_heads(k_proj->forward(memory), Tk), v = split_heads(v_proj->forward(memory), Tk);
-    }
+    k = split_heads(k_proj->forward(memory), Tk), v = split_heads(v_proj->forward(memory), Tk);
   }
+  // The fused op takes the stacked projections themselves; the unfused ops (and inspection) take
+  // views of them, made only then.
+  auto split_stacked = [&] {
+    if (!stacked_q.defined()) return;
+    if (stacked_kv.defined())
+      q = split_heads(stacked_q, Tq), k = part(stacked_kv, 0, Tk), v = part(stacked_kv, 1, Tk);
+    else
+      q = part(stacked_q, 0, Tq), k = part(stacked_q, 1, Tk), v = part(stacked_q, 2, Tk);
+  };
   const bool dropping = drop_->training() && drop_->p() > 0;
   const bool fused = !cache && path_ != AttentionPath::unfused;
   if (fused) {  // the rule: AttentionPath (attention.hpp)
-    // The fused op reads the views in place, keeps no [B,H,Tq,Tk] weights for backward and draws
+    // The fused op reads the heads in place, keeps no [B,H,Tq,Tk] weights for backward and draws
     // the dropout mask the unfused path would (same generator draw, same counter-based mask over the
-    // [B,H,Tq,Tk] weights), so both paths compute the same thing.
+    // [B,H,Tq,Tk] weights), so both paths compute the same thing. On stacked projections its
+    // backward writes the gradients into the stacked tensors' directly.
     const AttentionSpec spec{scale, mask, causal, dropping ? drop_->p() : 0.0, dropping ? gen.next_u64() : 0};
-    const Tensor o = scaled_dot_product_attention(q, k, v, spec);  // [B,Tq,H,dk]
+    const Tensor o = stacked_q.defined()
+                         ? scaled_dot_product_attention_stacked(stacked_q, stacked_kv, H, spec)
+                         : scaled_dot_product_attention(q, k, v, spec);  // [B,Tq,H,dk]
     if (keep_weights_) {  // inspection: the weights (before dropout) recomputed, off the tape
       NoGrad no_grad;
+      split_stacked();
       last_weights_ =
           softmax(matmul(q.permute({0, 2, 1, 3}), k.permute({0, 2, 3, 1})), {scale, mask, causal});
     }
     return out_proj->forward(o.reshape({B, Tq, dim_}));
   }
+  split_stacked();
   // Unfused: heads to dim 1 as views, k as k^T so GEMM reads it transposed. The KV cache holds the
   // same layouts, k^T [B,H,dk,T] and v [B,H,T,dk].
   Tensor qh = q.permute({0, 2, 1, 3}), kt, vh;  // [B,H,Tq,dk]

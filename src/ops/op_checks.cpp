@@ -213,6 +213,18 @@ std::vector<OpCheck> build() {
   add_row("scaled_dot_product_attention", "q[2,3,2,4] k,v[2,5,2,4] dropout 0.3 seed 5",
           {in({2, 3, 2, 4}), in({2, 5, 2, 4}), in({2, 5, 2, 4})},
           [=](Inputs x) { return sdpa(x, {0.5, {}, false, 0.3, 5}); });
+  // The stacked form (scaled_dot_product_attention_stacked): self-attention on one [B,T,3C]
+  // projection, and q [B,Tq,C] with kv [B,Tk,2C]; also q, k, v on one tensor (gradients added).
+  add_row("scaled_dot_product_attention", "stacked qkv[2,3,3*2*4] heads 2 causal", {in({2, 3, 24})},
+          [](Inputs x) {
+            return scaled_dot_product_attention_stacked(x[0], {}, 2, {0.5, {}, true});
+          });
+  add_row("scaled_dot_product_attention", "stacked q[2,3,8] kv[2,5,2*8] heads 2 dropout 0.3",
+          {in({2, 3, 8}), in({2, 5, 16})}, [](Inputs x) {
+            return scaled_dot_product_attention_stacked(x[0], x[1], 2, {0.5, {}, false, 0.3, 5});
+          });
+  add_row("scaled_dot_product_attention", "q = k = v = x[2,3,2,4]", {in({2, 3, 2, 4})},
+          [](Inputs x) { return scaled_dot_product_attention(x[0], x[0], x[0], {0.5}); });
 
   // ---- what a create_graph backward records: the first derivative, itself differentiated (order 1
   // checks the second derivative through unary_backward, order 2 the third). The seed w is an input, so the derivative

@@ -98,6 +98,13 @@ std::vector<Case> cases() {
        [](Inputs x) {
          return tanh(detail::feed_forward_relu_composite(x[0], x[1], Tensor(), x[2], Tensor(), 0.3, 9));
        }},
+      {"scaled_dot_product_attention_stacked qkv[2,3,24] heads 2",
+       {{2, 3, 24}},
+       [](Inputs x) { return scaled_dot_product_attention_stacked(x[0], {}, 2, spec(0.5)); },
+       [](Inputs x) {
+         return detail::scaled_dot_product_attention_composite(part(x[0], 0), part(x[0], 1), part(x[0], 2),
+                                                               spec(0.5));
+       }},
       {"scaled_dot_product_attention q,k,v narrowed from x[2,3,24] (strided views)",
        {{2, 3, 24}},
        [](Inputs x) {
