@@ -16,6 +16,14 @@ Tensor opt(py::handle h) {
   return h.is_none() ? Tensor() : to_tensor(h);
 }
 
+// The attention ops' keyword arguments as an AttentionSpec (mask None: none).
+AttentionSpec attention_spec(double scale, py::handle mask, bool causal, double dropout, uint64_t seed) {
+  AttentionSpec spec;
+  spec.scale = scale, spec.mask = opt(mask), spec.causal = causal, spec.dropout = dropout,
+  spec.dropout_seed = seed;
+  return spec;
+}
+
 std::vector<int64_t> dims_of(py::args args) {
   // reshape(2, 3) and reshape((2, 3)) alike
   if (args.size() == 1 && !PyLong_Check(args[0].ptr())) return args[0].cast<std::vector<int64_t>>();
@@ -242,12 +250,7 @@ void bind_ops(py::module_& m, py::module_& ops) {
   ops.def(
       "scaled_dot_product_attention",
       [](T q, T k, T v, double scale, py::handle mask, bool causal, double dropout_p, uint64_t dropout_seed) {
-        AttentionSpec spec;
-        spec.scale = scale;
-        spec.mask = opt(mask);
-        spec.causal = causal;
-        spec.dropout = dropout_p;
-        spec.dropout_seed = dropout_seed;
+        const AttentionSpec spec = attention_spec(scale, mask, causal, dropout_p, dropout_seed);
         py::gil_scoped_release r;
         return scaled_dot_product_attention(q, k, v, spec);
       },
@@ -258,12 +261,7 @@ void bind_ops(py::module_& m, py::module_& ops) {
       "scaled_dot_product_attention_stacked",
       [](T q, py::handle kv, int64_t heads, double scale, py::handle mask, bool causal, double dropout_p,
          uint64_t dropout_seed) {
-        AttentionSpec spec;
-        spec.scale = scale;
-        spec.mask = opt(mask);
-        spec.causal = causal;
-        spec.dropout = dropout_p;
-        spec.dropout_seed = dropout_seed;
+        const AttentionSpec spec = attention_spec(scale, mask, causal, dropout_p, dropout_seed);
         const Tensor kv_t = opt(kv);
         py::gil_scoped_release r;
         return scaled_dot_product_attention_stacked(q, kv_t, heads, spec);

@@ -106,24 +106,24 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
   }
 
   const V va(alpha);
-  if (ep) {
-    // A value v stored at row i, vector j (full tiles) or column j (ragged ones), then activated.
-    auto activate = [&](V v, int i, int j) {
-      if (ep->act == GemmAct::relu) return xsimd::select(v > V(T(0)), v, V(T(0)));
-      const V g = V::load_unaligned(ep->gate + i * ep->ldg + j * W);
-      return v * xsimd::select(g > V(T(0)), V(T(1)), V(T(0)));
-    };
-    auto activate_one = [&](T v, int i, int j) {
-      if (ep->act == GemmAct::relu) return v > T(0) ? v : T(0);
-      return v * (ep->gate[i * ep->ldg + j] > T(0) ? T(1) : T(0));
-    };
-    const bool act = ep->act != GemmAct::none;
-    const T* bias = ep->bias;
-    if (rows == MRE && n_valid == NVE * W) {
+  const bool act = ep && ep->act != GemmAct::none;
+  const T* bias = ep ? ep->bias : nullptr;
+  // The activation of a value stored at row i, vector j (full tiles) or column j (ragged ones).
+  auto activate = [&](V v, int i, int j) {
+    if (ep->act == GemmAct::relu) return xsimd::select(v > V(T(0)), v, V(T(0)));
+    const V g = V::load_unaligned(ep->gate + i * ep->ldg + j * W);
+    return v * xsimd::select(g > V(T(0)), V(T(1)), V(T(0)));
+  };
+  auto activate_one = [&](T v, int i, int j) {
+    if (ep->act == GemmAct::relu) return v > T(0) ? v : T(0);
+    return v * (ep->gate[i * ep->ldg + j] > T(0) ? T(1) : T(0));
+  };
+  if (rows == MRE && n_valid == NVE * W) {
+    const V vb(beta);
+    if (ep) {
       V vbias[NVE];
 #pragma GCC unroll 8
       for (int j = 0; j < NVE; ++j) vbias[j] = bias ? V::load_unaligned(bias + j * W) : V(T(0));
-      const V vb(beta);
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
@@ -139,34 +139,12 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
             v = xsimd::fma(va, acc[i][j], vb * V::load_unaligned(p));
           (act ? activate(v, i, j) : v).store_unaligned(p);
         }
-      return;
-    }
-    alignas(64) T tile[MRE][NVE * W];
-#pragma GCC unroll 16
-    for (int i = 0; i < MRE; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
-    for (int i = 0; i < rows; ++i) {
-      T* p = c + i * ldc;
-      for (int j = 0; j < n_valid; ++j) {
-        T v;
-        if (bias)
-          v = tile[i][j] + (beta == T(0) ? bias[j] : bias[j] + beta * p[j]);
-        else
-          v = beta == T(0) ? tile[i][j] : tile[i][j] + beta * p[j];
-        p[j] = act ? activate_one(v, i, j) : v;
-      }
-    }
-    return;
-  }
-  if (rows == MRE && n_valid == NVE * W) {
-    if (beta == T(0)) {
+    } else if (beta == T(0)) {
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
         for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_unaligned(c + i * ldc + j * W);
     } else {
-      const V vb(beta);
 #pragma GCC unroll 16
       for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
@@ -185,10 +163,14 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
   for (int i = 0; i < rows; ++i) {
     T* p = c + i * ldc;
-    if (beta == T(0))
-      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j];
-    else
-      for (int j = 0; j < n_valid; ++j) p[j] = tile[i][j] + beta * p[j];
+    for (int j = 0; j < n_valid; ++j) {
+      T v;
+      if (bias)
+        v = tile[i][j] + (beta == T(0) ? bias[j] : bias[j] + beta * p[j]);
+      else
+        v = beta == T(0) ? tile[i][j] : tile[i][j] + beta * p[j];
+      p[j] = act ? activate_one(v, i, j) : v;
+    }
   }
 }
 
