@@ -121,22 +121,29 @@ Tensor attention(const char* op, const std::array<Operand, 3>& x, std::vector<Te
              // w = softmax(s), s = scale q k^T + mask; do -> dv = w^T do, ds = w (do v^T - rowsum(do o)),
              // dq = scale ds k, dk = scale ds^T q (dropout on w as in forward)
              if (creating_graph()) return backward_through(composite, dy);
-             // Each source's gradient buffer once. An operand writes its columns of a fresh buffer
-             // (nothing there yet: the stacked form's operands cover the buffer between them), and
-             // adds to an old one or to columns an earlier operand wrote (q, k, v the same tensor).
+             // Each source's gradient buffer once. Operands write their columns of a fresh buffer
+             // (nothing there yet: the stacked form's operands cover the buffer between them) and
+             // add to an old one. Operands on the same columns (q, k, v one tensor) all add, to a
+             // buffer zeroed first: the kernels write and add their three outputs interleaved.
              kernels::AttentionLayout g = l;
              kernels::AttentionStrides* strides[3] = {&g.dq, &g.dk_, &g.dv_};
              Tensor buffers[3];
              bool overwrite[3] = {false, false, false};
+             auto same_place = [&](int a, int b) {
+               return sources[size_t(a)].same(sources[size_t(b)]) && cols[size_t(a)] == cols[size_t(b)];
+             };
+             const bool aliased = same_place(0, 1) || same_place(0, 2) || same_place(1, 2);
              for (int i = 0; i < 3; ++i) {
                if (!sources[size_t(i)].requires_grad()) continue;
                int first = 0;  // the first operand with this source
                while (!sources[size_t(first)].same(sources[size_t(i)])) ++first;
                bool fresh = false;
-               buffers[i] = first == i ? grad_buffer(sources[size_t(i)], &fresh) : buffers[first];
-               bool written = false;
-               for (int j = first; j < i; ++j) written = written || cols[size_t(j)] == cols[size_t(i)];
-               overwrite[i] = first == i ? fresh : overwrite[first] && !written;
+               if (first < i)
+                 buffers[i] = buffers[first], overwrite[i] = overwrite[first];
+               else if (aliased)
+                 buffers[i] = grad_buffer_zeroed(sources[size_t(i)]);
+               else
+                 buffers[i] = grad_buffer(sources[size_t(i)], &fresh), overwrite[i] = fresh;
                const Shape& bs = buffers[i].strides();
                *strides[i] = {bs[0], i == 2 ? l.dv : l.dk, bs[1]};
              }
