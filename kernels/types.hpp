@@ -45,6 +45,15 @@ struct GemmEpilogue {
   int64_t ldg = 0;
 };
 
+// The activation of ep on v, the value stored at (i, j) of C: the scalar rule every GEMM path follows
+// (the micro-kernel's vector form computes the same).
+template <class T>
+T gemm_activate(const GemmEpilogue<T>& ep, int64_t i, int64_t j, T v) {
+  if (ep.act == GemmAct::relu) return v > T(0) ? v : T(0);
+  if (ep.act == GemmAct::relu_gate) return v * (ep.gate[i * ep.ldg + j] > T(0) ? T(1) : T(0));
+  return v;
+}
+
 // adam_update's hyper-parameters.
 struct AdamParams {
   double lr, beta1, beta2, eps, weight_decay;  // weight_decay: decoupled (AdamW) if decoupled

@@ -31,13 +31,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
         acc += a * b;
       }
       const T add = (ep.bias ? ep.bias[j] : T(0)) + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
-      const T v = alpha * acc + add;
-      if (ep.act == GemmAct::relu)
-        C[i * ldc + j] = v > T(0) ? v : T(0);
-      else if (ep.act == GemmAct::relu_gate)
-        C[i * ldc + j] = v * (ep.gate[i * ep.ldg + j] > T(0) ? T(1) : T(0));
-      else
-        C[i * ldc + j] = v;
+      C[i * ldc + j] = gemm_activate(ep, i, j, alpha * acc + add);
     }
   }
 }

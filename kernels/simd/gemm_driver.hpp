@@ -56,17 +56,12 @@ inline thread_local unsigned long long tg_prof[4];
 namespace tapegrad::kernels::simd::gemm_detail {
 
 // The epilogue's activation on rows [i0, i1) of C, for the paths that store C before activating
-// it (the micro-kernel activates as it stores): the same scalar rule as the micro-kernel's.
+// it (the micro-kernel activates as it stores).
 template <class T>
 void activate_rows(const GemmEpilogue<T>& ep, int64_t i0, int64_t i1, int64_t N, T* C, int64_t ldc) {
   if (ep.act == GemmAct::none) return;
-  for (int64_t i = i0; i < i1; ++i) {
-    T* c = C + i * ldc;
-    if (ep.act == GemmAct::relu)
-      for (int64_t j = 0; j < N; ++j) c[j] = c[j] > T(0) ? c[j] : T(0);
-    else
-      for (int64_t j = 0; j < N; ++j) c[j] *= ep.gate[i * ep.ldg + j] > T(0) ? T(1) : T(0);
-  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = gemm_activate(ep, i, j, C[i * ldc + j]);
 }
 
 // C = act(beta * C + bias) over an M x N window (K == 0 or alpha == 0): BLAS semantics, A and B
@@ -116,10 +111,11 @@ struct GemmDriver {
     const T* b_packed = nullptr;
     // What is done to C as it is stored: bias, activation (kernels/types.hpp).
     GemmEpilogue<T> ep = {};
-    // The epilogue of the tile at row i, column j of C in the depth block [k0, k0 + kb), filled in
-    // te, or null when there is none: the bias on the first block, the activation on the last.
-    const TileEpilogue<T>* tile_epilogue(int64_t i, int64_t j, int64_t k0, int64_t kb,
-                                         TileEpilogue<T>& te) const {
+    // The epilogue of the tile at row i, column j of C in the depth block [k0, k0 + kb), its
+    // pointers at the tile, filled in te, or null when there is none: the bias on the first block,
+    // the activation on the last.
+    const GemmEpilogue<T>* tile_epilogue(int64_t i, int64_t j, int64_t k0, int64_t kb,
+                                         GemmEpilogue<T>& te) const {
       te.bias = ep.bias && k0 == 0 ? ep.bias + j : nullptr;
       te.act = k0 + kb >= K ? ep.act : GemmAct::none;
       te.gate = te.act == GemmAct::relu_gate ? ep.gate + i * ep.ldg + j : nullptr;
@@ -264,7 +260,7 @@ struct GemmDriver {
   template <bool AK>
   static void first_use_tile(bool pack_a, bool pack_b, int64_t kb, const T* a, int64_t lda, const T* b,
                              int64_t ldb, T* c, int64_t ldc, T alpha, T beta, int rows, T* a_out, T* b_out,
-                             const TileEpilogue<T>* ep) {
+                             const GemmEpilogue<T>* ep) {
     if constexpr (AK) {
       if (pack_a && pack_b)
         return micro_kernel<Arch, T, MR, NV, AK, true, true>(kb, a, lda, b, ldb, c, ldc, alpha, beta, rows,
@@ -370,8 +366,8 @@ struct GemmDriver {
               const T* bp = packed ? panels + jp * bs : b_src + jp * NR;
               const int64_t ldb = packed ? NR : ldbp;
               T* c = pr.c + ip * MR * pr.ldc + j0 + jp * NR;
-              TileEpilogue<T> te;
-              const TileEpilogue<T>* ep = pr.tile_epilogue(ip * MR, j0 + jp * NR, k0, kb, te);
+              GemmEpilogue<T> te;
+              const GemmEpilogue<T>* ep = pr.tile_epilogue(ip * MR, j0 + jp * NR, k0, kb, te);
               const bool pack_b_now = ip == mp_lo && jp < first_use;
               const bool pack_a_now = a_first_use && j0 == n_lo && jp == 0;
               if (pack_a_now || pack_b_now)
@@ -431,8 +427,9 @@ struct GemmDriver {
     }
     // op(A)(i, k) = A[i*lda + k] or A[k*lda + i]; op(B)(k, j) = B[k*ldb + j] or B[j*ldb + k]. When a
     // dimension is 1 its stride is irrelevant: call it contiguous so nothing gets packed for it.
-    Problem pr{M, N,   K,        alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1,
-               C, ldc, b_packed, ep};
+    Problem pr{M, N, K, alpha, beta, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc,
+               b_packed};
+    pr.ep = ep;
     if (K == 1) pr.a_cs = 1, pr.a_rs = ta ? 1 : lda;
     if (N == 1) pr.b_js = 1;
     const double flops = 2.0 * double(M) * double(N) * double(K);
@@ -650,8 +647,8 @@ struct GemmDriver {
         const int cols = int(std::min<int64_t>(NR, pr.N - j));
         T* c = pr.c + i * pr.ldc + j;
         const T* bp = pr.b + j;
-        TileEpilogue<T> te;
-        const TileEpilogue<T>* ep = pr.tile_epilogue(i, j, 0, pr.K, te);
+        GemmEpilogue<T> te;
+        const GemmEpilogue<T>* ep = pr.tile_epilogue(i, j, 0, pr.K, te);
         if (cols == NR) {
           if (ak)
             micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,

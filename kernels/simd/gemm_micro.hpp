@@ -15,11 +15,13 @@
 //     is cut by the matrix edge must be packed.
 //   - c: the rows x n_valid tile of C at row stride ldc, updated as C = alpha * (a . b) + beta * C.
 //     When beta == 0, C is never read (NaN or Inf in C do not propagate).
-//   - ep: null (C as above), or the tile's epilogue (TileEpilogue): its bias, the tile's n_valid
-//     column values (contiguous) or null, added to every row: C = alpha * (a . b) + (bias + beta * C);
-//     then its activation (GemmAct, kernels/types.hpp) on each stored value, the gate read at the
-//     tile's own rows and columns. A linear layer's bias and ReLU this way cost a few loads or
-//     instructions a tile instead of passes over all of C (and the product's read of it).
+//   - ep: null (C as above), or the tile's epilogue (GemmEpilogue, kernels/types.hpp, its pointers
+//     at the tile: bias at its first column, gate at its first element): the bias, the tile's
+//     n_valid column values (contiguous) or null, added to every row: C = alpha * (a . b) + (bias +
+//     beta * C); then the activation on each stored value, the gate read at the tile's own rows and
+//     columns. The driver adds the bias on the first depth block and activates on the last. A
+//     linear layer's bias and ReLU this way cost a few loads or instructions a tile instead of
+//     passes over all of C (and the product's read of it).
 //   - Full tiles (rows == MR, n_valid == NVE*W) are stored straight from registers; a short or
 //     ragged tile goes through a small stack tile so nothing outside rows x n_valid is touched.
 //   - kc >= 1 (the driver handles K == 0 itself).
@@ -48,21 +50,11 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
-// The epilogue of one tile (see the contract): pointers at the tile's first column (bias) and its
-// first element (gate). The driver adds the bias on the first depth block and activates on the last.
-template <class T>
-struct TileEpilogue {
-  const T* bias = nullptr;
-  GemmAct act = GemmAct::none;
-  const T* gate = nullptr;
-  int64_t ldg = 0;
-};
-
 template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
 __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b, int64_t ldb, T* __restrict c,
     int64_t ldc, T alpha, T beta, int rows, int n_valid, T* __restrict b_out = nullptr,
-    T* __restrict a_out = nullptr, const TileEpilogue<T>* ep = nullptr) {
+    T* __restrict a_out = nullptr, const GemmEpilogue<T>* ep = nullptr) {
   static_assert(!PackA || AK, "A is packed into column-major panels");
   using V = xsimd::batch<T, Arch>;
   constexpr int W = int(V::size);
@@ -108,15 +100,11 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
   const V va(alpha);
   const bool act = ep && ep->act != GemmAct::none;
   const T* bias = ep ? ep->bias : nullptr;
-  // The activation of a value stored at row i, vector j (full tiles) or column j (ragged ones).
+  // gemm_activate (kernels/types.hpp) on the vector stored at row i, vector j of a full tile.
   auto activate = [&](V v, int i, int j) {
     if (ep->act == GemmAct::relu) return xsimd::select(v > V(T(0)), v, V(T(0)));
     const V g = V::load_unaligned(ep->gate + i * ep->ldg + j * W);
     return v * xsimd::select(g > V(T(0)), V(T(1)), V(T(0)));
-  };
-  auto activate_one = [&](T v, int i, int j) {
-    if (ep->act == GemmAct::relu) return v > T(0) ? v : T(0);
-    return v * (ep->gate[i * ep->ldg + j] > T(0) ? T(1) : T(0));
   };
   if (rows == MRE && n_valid == NVE * W) {
     const V vb(beta);
@@ -169,14 +157,14 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
         v = tile[i][j] + (beta == T(0) ? bias[j] : bias[j] + beta * p[j]);
       else
         v = beta == T(0) ? tile[i][j] : tile[i][j] + beta * p[j];
-      p[j] = act ? activate_one(v, i, j) : v;
+      p[j] = act ? gemm_activate(*ep, i, j, v) : v;
     }
   }
 }
 
 template <class T>
 using MicroKernelFn = void (*)(int64_t, const T*, int64_t, const T*, int64_t, T*, int64_t, T, T, int, int, T*,
-                               T*, const TileEpilogue<T>*);
+                               T*, const GemmEpilogue<T>*);
 
 // The instances by width: fn[v - 1] computes v vectors (and any number of rows up to MR).
 template <class Arch, class T, int MR, int NV, bool AK>

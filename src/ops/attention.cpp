@@ -67,8 +67,7 @@ Tensor heads_view(const Tensor& source, int64_t col, int64_t H, int64_t d) {
 // `composite`, the same attention with recorded ops on the recorded inputs.
 Tensor attention(const char* op, const std::array<Operand, 3>& x, std::vector<Tensor> inputs,
                  const AttentionSpec& spec, std::function<Tensor()> composite) {
-  if (!(spec.dropout >= 0 && spec.dropout < 1))
-    throw Error(std::string(op) + ": dropout must be in [0, 1), got " + std::to_string(spec.dropout));
+  detail::check_probability(spec.dropout, std::string(op) + ": dropout");
   const Tensor q = rows_contiguous(x[0].view), k = rows_contiguous(x[1].view), v = rows_contiguous(x[2].view);
   const int64_t B = q.size(0), Tq = q.size(1), H = q.size(2), dk = q.size(3), Tk = k.size(1), dv = v.size(3);
   kernels::AttentionLayout l;

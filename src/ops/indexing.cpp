@@ -63,7 +63,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
 
 Tensor dropout(const Tensor& x_in, double p, bool training, uint64_t seed) {
   detail::check_float(x_in, "dropout");
-  if (!(p >= 0 && p < 1)) throw Error("dropout: p must be in [0, 1), got " + std::to_string(p));
+  detail::check_probability(p, "dropout: p");
   if (!training || p == 0) return x_in;
   const Tensor x = detail::contiguous_data(x_in);
   Tensor y = Tensor::empty(x.shape(), x.dtype());

@@ -518,8 +518,7 @@ Tensor feed_forward_relu_composite(const Tensor& x, const Tensor& w1, const Tens
 Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                          const Tensor& b2, double dropout_p, uint64_t dropout_seed) {
   const char* op = "feed_forward_relu";
-  if (!(dropout_p >= 0 && dropout_p < 1))
-    throw Error(std::string(op) + ": dropout must be in [0, 1), got " + std::to_string(dropout_p));
+  detail::check_probability(dropout_p, std::string(op) + ": dropout");
   LinearCall l1 = linear_call(x, w1, b1, op);
   // h = dropout(relu(x W1^T + b1)), [rows, hidden]: linear2's input, kept for its backward
   const Tensor h = Tensor::empty({l1.rows, l1.out}, x.dtype());

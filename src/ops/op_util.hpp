@@ -24,6 +24,11 @@ inline void check_same_float(const Tensor& a, const Tensor& b, const char* op) {
                      " b=" + b.describe());
 }
 
+// `what` (an op's probability: "dropout: p") in [0, 1), else Error naming it.
+inline void check_probability(double p, const std::string& what) {
+  if (!(p >= 0 && p < 1)) throw Error(what + " must be in [0, 1), got " + std::to_string(p));
+}
+
 inline void check_float(const Tensor& a, const char* op) {
   check_defined(a, op, "input");
   if (!a.is_floating())
