@@ -143,15 +143,25 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     }
     return;
   }
-  // Short or ragged tile: spill alpha * acc to an aligned stack tile, then merge the valid part.
+  // Short or ragged tile: spill alpha * acc to an aligned stack tile, then merge the valid part:
+  // whole vectors of a row as vectors (a 64 x 64 product's last tile of 4 rows merged element by
+  // element cost 8% of the product), the columns past the last whole vector one by one.
   alignas(64) T tile[MRE][NVE * W];
 #pragma GCC unroll 16
   for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NVE; ++j) (va * acc[i][j]).store_aligned(&tile[i][j * W]);
+  const int whole = n_valid / W;
+  const V vb(beta);
   for (int i = 0; i < rows; ++i) {
     T* p = c + i * ldc;
-    for (int j = 0; j < n_valid; ++j) {
+    for (int j = 0; j < whole; ++j) {
+      const V t = V::load_aligned(&tile[i][j * W]);
+      const V vbias = bias ? V::load_unaligned(bias + j * W) : V(T(0));
+      const V v = beta == T(0) ? t + vbias : t + (vbias + vb * V::load_unaligned(p + j * W));
+      (act ? activate(v, i, j) : v).store_unaligned(p + j * W);
+    }
+    for (int j = whole * W; j < n_valid; ++j) {
       T v;
       if (bias)
         v = tile[i][j] + (beta == T(0) ? bias[j] : bias[j] + beta * p[j]);
