@@ -1,6 +1,7 @@
 // GEMM benchmark: tapegrad's SIMD GEMM against the libraries one could link instead, in the same run:
-// OpenBLAS (cblas_sgemm), BLIS (bli_sgemm_ex; its zen3/haswell/... configuration is chosen at run
-// time) and oneDNN (dnnl_sgemm), each one compiled in when meson finds it (bench/meson.build).
+// OpenBLAS (cblas_sgemm), BLIS (bli_sgemm_ex; its configuration for the instruction set tapegrad
+// runs, see choose_blis_configuration) and oneDNN (dnnl_sgemm), each one compiled in when meson finds
+// it (bench/meson.build).
 //
 // Rows are named gemm/<impl>/<ta><tb>/<M>x<K>x<N>/omp:<threads> (impl tapegrad, openblas, blis or
 // onednn) and report GFLOP/s = 2*M*N*K / wall-clock time. All are row-major sgemm with alpha 1,
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "kernels/runtime.hpp"
 
 #ifdef TAPEGRAD_HAVE_OPENBLAS
 #include <cblas.h>
@@ -206,6 +208,22 @@ void require_openblas_cblas() {
 // matrix has row stride ld and column stride 1, and BLIS_TRANSPOSE says op() transposes it. The thread
 // count travels with each call in an rntm_t (not BLIS's global setting or BLIS_NUM_THREADS).
 rntm_t blis_runtime = BLIS_RNTM_INITIALIZER;
+// BLIS 0.9 picks its kernels by the CPU's vendor and family at its first call, and a CPU newer than
+// it knows (AMD family 26, Zen 5) gets its generic configuration: 256^3 on one Zen 5 core ran at 31
+// GFLOP/s so, 153-162 with its AVX-512 (skx) kernels and 90 with its zen3 ones. So unless
+// BLIS_ARCH_TYPE says otherwise, BLIS gets the configuration of the instruction set tapegrad runs
+// (TAPEGRAD_ARCH lowers both): skx for AVX-512, zen3 (AMD) or haswell for AVX2. Called before the
+// first BLIS call.
+void choose_blis_configuration() {
+  if (std::getenv("BLIS_ARCH_TYPE")) return;
+  const tapegrad::kernels::Isa isa = tapegrad::kernels::active_isa();
+  int arch = -1;
+  if (isa == tapegrad::kernels::Isa::avx512)
+    arch = BLIS_ARCH_SKX;
+  else if (isa == tapegrad::kernels::Isa::avx2)
+    arch = __builtin_cpu_is("amd") ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL;
+  if (arch >= 0) setenv("BLIS_ARCH_TYPE", std::to_string(arch).c_str(), 0);
+}
 const Library blis{
     "blis", [](int threads) { bli_rntm_set_num_threads(threads, &blis_runtime); },
     [](const Op& op, const Shape& s, const float* A, const float* B, float* C) {
@@ -334,6 +352,9 @@ void register_rows(int64_t batch, const Shape& s, const Op& op, int t) {
 int main(int argc, char** argv) {
 #ifdef TAPEGRAD_HAVE_OPENBLAS
   require_openblas_cblas();
+#endif
+#ifdef TAPEGRAD_HAVE_BLIS
+  choose_blis_configuration();
 #endif
   const std::vector<Shape> shapes = {
       // The sweep: squares (and the odd 257 and 1000).
