@@ -7,9 +7,11 @@
 // onednn) and report GFLOP/s = 2*M*N*K / wall-clock time. All are row-major sgemm with alpha 1,
 // beta 0 and packed operands (A is M x K, or K x M when transposed; B K x N, or N x K). Each
 // (shape, transpose, threads) runs tapegrad and then each library back to back, so their ratios are
-// measured under the same machine load. Every row sets its own thread count: tapegrad through
-// kernels::set_num_threads, OpenBLAS through openblas_set_num_threads, BLIS through the rntm_t passed
-// to each call, oneDNN through omp_set_num_threads (Debian's libdnnl is built on OpenMP).
+// measured under the same machine load (tools/run bench also interleaves the repetitions of all
+// rows at random: --benchmark_enable_random_interleaving). Every row sets its own thread count:
+// tapegrad through kernels::set_num_threads, OpenBLAS through openblas_set_num_threads, BLIS through
+// the rntm_t passed to each call, oneDNN through omp_set_num_threads (Debian's libdnnl is built on
+// OpenMP).
 // Shapes (the sweep; bench/gemm_table.py turns its JSON output into the comparison table):
 //   - squares 64..1024 (plus odd 257 and 1000), every transpose, 1 and 2 threads;
 //   - the small Transformer's products (d_model 128, d_ff 512, 2048 tokens = batch 64 x length 32):
