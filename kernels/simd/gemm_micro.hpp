@@ -50,6 +50,13 @@
 
 namespace tapegrad::kernels::simd::gemm_detail {
 
+// Rows of B (and columns of A) ahead of the current k that a packing tile prefetches. Packing on first
+// use reads its operand where it lies, often from memory (a weight gradient's saved input, written
+// long before the backward), with a stride the hardware prefetcher does not follow far enough ahead:
+// software prefetch 16 rows ahead made 128x512x2048 tn with cold operands 15% faster at one thread
+// and 14% at two (eight alternating rounds, Zen 5); 32 rows ahead gained 8%.
+inline constexpr int kPackPrefetchRows = 16;
+
 template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
 __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     int64_t kc, const T* __restrict a, int64_t lda, const T* __restrict b, int64_t ldb, T* __restrict c,
@@ -76,6 +83,16 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
   for (int i = 0; i < MRE; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NVE; ++j) __builtin_prefetch(c + std::min(i, rows - 1) * ldc + j * W, 1, 3);
+  // Likewise the gate of a gated epilogue (feed_forward_relu's backward reads the hidden activations
+  // there, 4 MiB at the small Transformer's shape and seldom in cache): loaded only at the end, each
+  // tile waited for it from memory, and the gated 2048x512x128 product ran at 0.6x the plain one;
+  // prefetched, 1.2-1.4x faster (eight alternating rounds, cold operands, Zen 5).
+  if (ep && ep->gate)
+#pragma GCC unroll 16
+    for (int i = 0; i < MRE; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NVE; ++j)
+        __builtin_prefetch(ep->gate + std::min(i, rows - 1) * ep->ldg + j * W, 0, 3);
 
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
@@ -85,7 +102,11 @@ __attribute__((noinline, no_sanitize_address)) void micro_kernel(
     if constexpr (PackB) {
 #pragma GCC unroll 8
       for (int j = 0; j < NVE; ++j) bv[j].store_aligned(b_out + k * (NVE * W) + j * W);
+#pragma GCC unroll 8
+      for (int e = 0; e < NVE * W; e += 64 / int(sizeof(T)))
+        __builtin_prefetch(b + kPackPrefetchRows * ldb + e, 0, 3);
     }
+    if constexpr (PackA) __builtin_prefetch(ar[0] + (k + kPackPrefetchRows) * lda, 0, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < MRE; ++i) {
       const T as = AK ? ar[i][k * lda] : ar[i][k];
