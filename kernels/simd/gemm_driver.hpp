@@ -246,7 +246,7 @@ struct GemmDriver {
   // are prefetched: a row of a few cache lines is too short a stream for the hardware prefetcher,
   // so each tile that opened a group of MR rows from memory waited for them line by line. Asking for
   // the next group's lines before a group's last tile (eight alternating rounds, operands not in
-  // cache, Zen 5): 2048x384x128 nt +15%, 2048x512x128 nt with bias and ReLU +14%, 2048x128x128 nt
+  // cache, Zen 5): 2048x384x128 nt +15%, 2048x512x128 nt with bias and ReLU +9-14%, 2048x128x128 nt
   // +23%, unchanged (0.99-1.01x) with operands in cache. At K = 256 it gained 3% cold and lost
   // 2% warm, at 512 it lost 3% warm: longer rows stream well enough.
   static constexpr int64_t kShortRowBytes = 512;
