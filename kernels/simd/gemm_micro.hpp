@@ -54,7 +54,9 @@ namespace tapegrad::kernels::simd::gemm_detail {
 // use reads its operand where it lies, often from memory (a weight gradient's saved input, written
 // long before the backward), with a stride the hardware prefetcher does not follow far enough ahead:
 // software prefetch 16 rows ahead made 128x512x2048 tn with cold operands 15% faster at one thread
-// and 14% at two (eight alternating rounds, Zen 5); 32 rows ahead gained 8%.
+// and 14% at two (eight alternating rounds, Zen 5); 32 rows ahead gained 8%. (The separate packing
+// passes, gemm_pack.hpp, prefetch kPackAhead = 32 rows into L2; a tile that computes as it packs
+// reads its rows more slowly and does better nearer.)
 inline constexpr int kPackPrefetchRows = 16;
 
 template <class Arch, class T, int MRE, int NVE, bool AK = false, bool PackB = false, bool PackA = false>
