@@ -150,10 +150,11 @@ class Scratch {
 };
 
 // Per-thread buffers: slot 0 transposed A, slot 1 B's panels (gemm_driver.hpp run_unit), slot 2 the
-// partial product of a depth split (split_depth), which the calling thread lends to its team.
+// partial product of a depth split (split_depth), which the calling thread lends to its team; slot 3
+// the fused attention kernels' buffers (sdpa.hpp ThreadBuffers).
 template <class T>
 T* scratch(int slot, int64_t elems) {
-  thread_local Scratch s[3];
+  thread_local Scratch s[4];
   return static_cast<T*>(s[slot].get(size_t(elems) * sizeof(T)));
 }
 

@@ -30,12 +30,16 @@
 // skipped); at T = 32 with 256 heads 1.4-2x, a third of it reading the heads' rows cold. Writing
 // o, dq, dk and dv from the micro-kernel (no accumulator copied out row by row) and reading short
 // heads in place: the small Transformer's attention 17.2 -> 10.8 ms a 1-thread step (tapegrad
-// profile, medians of four alternating runs on a Zen 5 core).
+// profile, medians of four alternating runs on a Zen 5 core). The forward packing a head's K^T and V
+// once for all its query blocks (it had packed them again for each) and every buffer taken from the
+// thread's reused scratch (see ThreadBuffers): fused T 128 to 1024 1.12-1.13x faster in
+// bench_attention (four alternating runs of both binaries, one Zen 5 core).
 // Not here: the double path (the reference), a split of one head's backward across threads (a head
 // is the unit of work, so B * H = 1 runs on one thread).
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -131,6 +135,28 @@ void pack_rows(int64_t rows, int64_t cols, const float* src, int64_t stride, int
     for (; c < ld; ++c) y[c] = 0.0f;
   }
 }
+
+// One call's buffers on one thread, carved in order from the thread's own grow-only scratch (slot 3
+// of gemm_detail::scratch; each 64-byte aligned). Attention runs at every layer of every step, and
+// buffers of its own per call (operator new) came from fresh pages each time once they passed
+// glibc's mmap threshold (128 KiB: K^T, V, Q, dO of a head from T = 512 at d = 64), each page paying
+// its first touch: the kernels alone at T 512 (8 heads of 64, one thread) ran 1.1x faster on reused
+// pages (ten alternating rounds). O(T d) per thread, kept for the thread's life as the GEMM's are.
+template <size_t N>
+class ThreadBuffers {
+ public:
+  explicit ThreadBuffers(const std::array<int64_t, N>& floats) {
+    int64_t total = 0;
+    for (const int64_t n : floats) total += padded(n);
+    float* at = gemm_detail::scratch<float>(3, total);
+    for (size_t i = 0; i < N; ++i) parts_[i] = at, at += padded(floats[i]);
+  }
+  float* operator[](size_t i) const { return parts_[i]; }
+
+ private:
+  static int64_t padded(int64_t n) { return gemm_detail::round_up(std::max<int64_t>(n, 1), 16); }
+  std::array<float*, N> parts_{};
+};
 
 // The offset of head (b, h) in an operand of strides s.
 inline int64_t head_at(const AttentionStrides& s, int64_t b, int64_t h) {
@@ -308,8 +334,13 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
   const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
   parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
     // (V read in place needs no copy, and one key block no accumulator: P V goes straight to o)
-    Scratch kt(std::max<int64_t>(l.dk, 1) * kbp), vp(v_in_place ? 0 : kb * dvp), s(kQueryBlock * kbp),
-        acc(one_block ? 0 : kQueryBlock * dvp), mrow(kQueryBlock), lrow(kQueryBlock);
+    // K^T and V of the thread's current head, packed a key block at a time as its first query block
+    // reaches it and kept for the head's other query blocks.
+    const int64_t kblocks = (l.Tk + kb - 1) / kb, kt_block = std::max<int64_t>(l.dk, 1) * kbp;
+    const ThreadBuffers<6> buf({kblocks * kt_block, v_in_place ? 0 : kblocks * kb * dvp, kQueryBlock * kbp,
+                                one_block ? 0 : kQueryBlock * dvp, kQueryBlock, kQueryBlock});
+    float *kt = buf[0], *vp = buf[1], *s = buf[2], *acc = buf[3], *mrow = buf[4], *lrow = buf[5];
+    int64_t packed_head = -1, packed_blocks = 0;
     for (int64_t item = item0; item < item1; ++item) {
       const int64_t bh = item / qblocks, b = bh / l.H, h = bh % l.H;
       const int64_t i0 = (item % qblocks) * kQueryBlock, rows = std::min(kQueryBlock, l.Tq - i0);
@@ -323,58 +354,66 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
         prefetch_rows(l.Tk, l.dk, k + head_at(l.k, nb, nh), l.k.t);
         prefetch_rows(l.Tk, l.dv, v + head_at(l.v, nb, nh), l.v.t);
       }
-      std::fill(mrow.p, mrow.p + rows, -kInf);
-      std::fill(lrow.p, lrow.p + rows, 0.0f);
+      if (bh != packed_head) packed_head = bh, packed_blocks = 0;
+      std::fill(mrow, mrow + rows, -kInf);
+      std::fill(lrow, lrow + rows, 0.0f);
       const int64_t jend = key_end(l, i0 + rows);
       for (int64_t j0 = 0; j0 < jend; j0 += kb) {
-        const int64_t n = std::min(kb, jend - j0);
-        // S = scale * Q K^T for this block (K^T packed: the micro-kernel's B)
-        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
+        const int64_t n = std::min(kb, jend - j0), jb = j0 / kb;
+        float* ktb = kt + jb * kt_block;
+        float* vpb = vp + jb * kb * dvp;
+        if (jb == packed_blocks) {  // K^T (the micro-kernel's B) and V of the whole block
+          const int64_t all = std::min(kb, l.Tk - j0);
+          pack_transposed(all, l.dk, kh + j0 * l.k.t, l.k.t, kbp, ktb);
+          if (!v_in_place) pack_rows<Arch>(all, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vpb);
+          ++packed_blocks;
+        }
+        // S = scale * Q K^T for this block
         if (l.dk > 0)
-          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, kt.p, kbp, 0.0f, s.p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, ktb, kbp, 0.0f, s, kbp);
         else
-          for (int64_t r = 0; r < rows; ++r) std::fill(s.p + r * kbp, s.p + r * kbp + n, 0.0f);
+          for (int64_t r = 0; r < rows; ++r) std::fill(s + r * kbp, s + r * kbp + n, 0.0f);
         // Online softmax: row r's running max m and sum l; its partial output rescaled when m grows.
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
-          float* sr = s.p + r * kbp;
+          float* sr = s + r * kbp;
           const float* mr =
               mask_base ? mask_base + head_at(l.mask_strides, b, h) + i * l.mask_strides.t + j0
                         : nullptr;
-          const float m_new = std::max(mrow.p[r], mask_max<Arch>(active, mr, sr));
+          const float m_new = std::max(mrow[r], mask_max<Arch>(active, mr, sr));
           if (m_new == -kInf) {  // nothing seen yet: the row contributes zeros
             std::fill(sr, sr + n, 0.0f);
             continue;
           }
           const float sum = exp_sum<Arch>(active, m_new, sr);
           std::fill(sr + active, sr + n, 0.0f);
-          const float rescale = j0 > 0 ? std::exp(mrow.p[r] - m_new) : 0.0f;  // 0 on the row's first keys
-          if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc.p + r * dvp, rescale, acc.p + r * dvp);
-          lrow.p[r] = lrow.p[r] * rescale + sum;
-          mrow.p[r] = m_new;
+          const float rescale = j0 > 0 ? std::exp(mrow[r] - m_new) : 0.0f;  // 0 on the row's first keys
+          if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc + r * dvp, rescale, acc + r * dvp);
+          lrow[r] = lrow[r] * rescale + sum;
+          mrow[r] = m_new;
           if (l.dropout > 0) apply_dropout<Arch>(l, b, h, i, j0, active, sr);
-          if (one_block) scale_row<Arch>(active, sr, 1.0f / lrow.p[r], sr);
+          if (one_block) scale_row<Arch>(active, sr, 1.0f / lrow[r], sr);
         }
         // O += P V (one block: O = P V, P already divided by the row sums)
         const float* vb = vh + j0 * l.v.t;
         int64_t ldv = l.v.t;
-        if (!v_in_place) pack_rows<Arch>(n, l.dv, vb, l.v.t, dvp, vp.p), vb = vp.p, ldv = dvp;
+        if (!v_in_place) vb = vpb, ldv = dvp;
         if (one_block)
-          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, 0.0f,
+          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s, kbp, vb, ldv, 0.0f,
                                  o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t);
         else
-          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s.p, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc.p, dvp);
+          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc, dvp);
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + head_at(l.o, b, h) + (i0 + r) * l.o.t;
         float& row_lse = lse[bh * l.Tq + i0 + r];
-        if (lrow.p[r] == 0.0f || jend == 0) {  // no key seen: zeros, as softmax defines such a row
+        if (lrow[r] == 0.0f || jend == 0) {  // no key seen: zeros, as softmax defines such a row
           std::fill(orow, orow + l.dv, 0.0f);
           row_lse = kInf;
           continue;
         }
-        if (!one_block) scale_row<Arch>(l.dv, acc.p + r * dvp, 1.0f / lrow.p[r], orow);
-        row_lse = mrow.p[r] + std::log(lrow.p[r]);
+        if (!one_block) scale_row<Arch>(l.dv, acc + r * dvp, 1.0f / lrow[r], orow);
+        row_lse = mrow[r] + std::log(lrow[r]);
       }
     }
   });
@@ -479,9 +518,11 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     // Per head: Q, K, dO packed row-major (unless short), dQ's accumulator (several key blocks), D.
     // Per key block: K^T, V^T. Per tile: P and dS.
-    Scratch qp(in_place ? 0 : l.Tq * dkp), kp(in_place ? 0 : l.Tk * dkp), dop(in_place ? 0 : l.Tq * dvp);
-    Scratch dqacc(dq_direct ? 0 : l.Tq * dkp), D(l.Tq);
-    Scratch kt(dkp * kbp), vt(dvp * kbp), p(qb * kbp), ds(qb * kbp);
+    const ThreadBuffers<9> buf({in_place ? 0 : l.Tq * dkp, in_place ? 0 : l.Tk * dkp,
+                                in_place ? 0 : l.Tq * dvp, dq_direct ? 0 : l.Tq * dkp, l.Tq, dkp * kbp,
+                                dvp * kbp, qb * kbp, qb * kbp});
+    float *qp = buf[0], *kp = buf[1], *dop = buf[2], *dqacc = buf[3], *D = buf[4];
+    float *kt = buf[5], *vt = buf[6], *p = buf[7], *ds = buf[8];
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / l.H, h = bh % l.H;
       const float* qh = q + head_at(l.q, b, h);
@@ -504,20 +545,20 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float *qr = qh, *kr = kh, *dor = doh;
       int64_t ldq = l.q.t, ldk = l.k.t, ldo = l.o.t;
       if (!in_place) {
-        pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp.p);
-        pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp.p);
-        pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop.p);
-        qr = qp.p, kr = kp.p, dor = dop.p, ldq = dkp, ldk = dkp, ldo = dvp;
+        pack_rows<Arch>(l.Tq, l.dk, qh, l.q.t, dkp, qp);
+        pack_rows<Arch>(l.Tk, l.dk, kh, l.k.t, dkp, kp);
+        pack_rows<Arch>(l.Tq, l.dv, doh, l.o.t, dvp, dop);
+        qr = qp, kr = kp, dor = dop, ldq = dkp, ldk = dkp, ldo = dvp;
       }
       for (int64_t i = 0; i < l.Tq; ++i)
-        D.p[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
-      if (!dq_direct) std::fill(dqacc.p, dqacc.p + l.Tq * dkp, 0.0f);
+        D[i] = dot<Arch>(l.dv, doh + i * l.o.t, oh + i * l.o.t);  // D_i = dO_i . o_i
+      if (!dq_direct) std::fill(dqacc, dqacc + l.Tq * dkp, 0.0f);
       float* dqh = dq ? dq + head_at(l.dq, b, h) : nullptr;
       const float dq_beta = dq_out.overwrite ? 0.0f : 1.0f;
       for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
         const int64_t n = std::min(kb, l.Tk - j0);
-        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt.p);
-        pack_transposed(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt.p);
+        pack_transposed(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt);
+        pack_transposed(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt);
         float* dkb = dk ? dk + head_at(l.dk_, b, h) + j0 * l.dk_.t : nullptr;
         float* dvb = dv ? dv + head_at(l.dv_, b, h) + j0 * l.dv_.t : nullptr;
         bool first = true;  // the first tile to reach the block's dK, dV writes them (or adds)
@@ -529,23 +570,23 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
             continue;
           }
           // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
-          if (l.dk == 0) std::fill(p.p, p.p + rows * kbp, 0.0f);
-          if (l.dv == 0) std::fill(ds.p, ds.p + rows * kbp, 0.0f);
-          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt.p, kbp, 0.0f, p.p, kbp);
-          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt.p, kbp, 0.0f, ds.p, kbp);
-          weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D.p, p.p, ds.p);
+          if (l.dk == 0) std::fill(p, p + rows * kbp, 0.0f);
+          if (l.dv == 0) std::fill(ds, ds + rows * kbp, 0.0f);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt, kbp, 0.0f, p, kbp);
+          tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt, kbp, 0.0f, ds, kbp);
+          weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D, p, ds);
           const float dv_beta = first && dv_out.overwrite ? 0.0f : 1.0f;
           const float dk_beta = first && dk_out.overwrite ? 0.0f : 1.0f;
           if (dv)
-            tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, p.p, kbp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t);
+            tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, p, kbp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t);
           if (dk)
-            tile_gemm<Arch, true>(n, l.dk, rows, scale, ds.p, kbp, qr + i0 * ldq, ldq, dk_beta, dkb, l.dk_.t);
+            tile_gemm<Arch, true>(n, l.dk, rows, scale, ds, kbp, qr + i0 * ldq, ldq, dk_beta, dkb, l.dk_.t);
           if (dq && dq_direct)
-            tile_gemm<Arch, false>(rows, l.dk, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, dq_beta,
+            tile_gemm<Arch, false>(rows, l.dk, n, scale, ds, kbp, kr + j0 * ldk, ldk, dq_beta,
                                    dqh + i0 * l.dq.t, l.dq.t);
           else if (dq)
-            tile_gemm<Arch, false>(rows, dkp, n, scale, ds.p, kbp, kr + j0 * ldk, ldk, 1.0f,
-                                   dqacc.p + i0 * dkp, dkp);
+            tile_gemm<Arch, false>(rows, dkp, n, scale, ds, kbp, kr + j0 * ldk, ldk, 1.0f, dqacc + i0 * dkp,
+                                   dkp);
           first = false;
         }
         if (first)  // causal, no query sees these keys: their gradients are zero
@@ -556,7 +597,7 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       }
       if (dq && !dq_direct)
         for (int64_t i = 0; i < l.Tq; ++i)
-          put_row<Arch>(l.dk, dqacc.p + i * dkp, dqh + i * l.dq.t, dq_out.overwrite);
+          put_row<Arch>(l.dk, dqacc + i * dkp, dqh + i * l.dq.t, dq_out.overwrite);
     }
   });
 }
