@@ -175,16 +175,17 @@ inline void prefetch_rows(int64_t rows, int64_t cols, const float* src, int64_t 
 }
 
 // The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
-// from rows to ld (a whole number of vectors). With AVX, 8 x 8 blocks are transposed in registers (a
-// scalar transpose of K and V was a fifth of the backward at T = 32); the edges are scalar. The zeros
-// go in first as whole vectors, the transpose overwriting the first: a fill per column was a library
-// memset call for 16 floats, 3% of the kernels' time at the small Transformer's shape (T 32, d 32).
+// from rows to the next whole vector (all the micro-kernel reads as B; the rest of ld is padding).
+// With AVX, 8 x 8 blocks are transposed in registers (a scalar transpose of K and V was a fifth of
+// the backward at T = 32); the edges are scalar. The zeros go in first, a vector a column that the
+// transpose then partly overwrites: zeroing to ld column by column compiled to a library memset call
+// per column, 2% of the kernels' time at the small Transformer's shape (T 32, d 32).
 template <class Arch>
 void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t stride, int64_t ld, float* dst) {
   using B = Batch<Arch>;
   constexpr int64_t W = B::size;
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = rows / W * W; r < ld; r += W) B(0.0f).store_unaligned(dst + c * ld + r);
+  if (rows % W != 0)
+    for (int64_t c = 0; c < cols; ++c) B(0.0f).store_unaligned(dst + c * ld + rows / W * W);
   int64_t r0 = 0;
 #if defined(__AVX__)
   for (; r0 + 8 <= rows; r0 += 8) {
