@@ -18,9 +18,9 @@
 // gemm_config.hpp), with the operands that it reads as B packed once per head or key block, zero
 // padded to whole vectors: K^T and V^T transposed, V, dO, Q, K row-major (short heads read the last
 // four in place: direct_heads). Scratch is O(T d) per head plus O(kQueryBlock x kKeyBlock), per
-// thread and kept for the next call (ThreadBuffers), never O(T^2). A key block of kKeyBlock keeps a query block's scores in L1/L2; at
-// T <= kKeyBlock a row is one block: the online rescale never runs, and P, divided by l first, is
-// multiplied by V straight into o.
+// thread and kept for the next call (ThreadBuffers), never O(T^2). A key block of kKeyBlock keeps a
+// query block's scores in L1/L2; at T <= kKeyBlock a row is one block: the online rescale never
+// runs, and P, divided by l first, is multiplied by V straight into o.
 // Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
 // so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
 // counter-based mask in vector lanes (random.hpp), forward and backward.
