@@ -14,7 +14,7 @@
 //             not counted.
 //   peak_MiB  the allocator's high-water mark over one step (tapegrad::memory::stats, reset before
 //             the step) above what the inputs hold: tensors only. The fused kernels' own scratch
-//             (plain operator new, O(T d) per thread: for T = 2048, d = 64 about 2.2 MiB backward)
+//             (each thread's own, kept between calls, O(T d): for T = 2048, d = 64 about 2.2 MiB backward)
 //             is not in it.
 // Run with the exclusive CPU lock and OMP threads set by --threads-like env: TAPEGRAD_THREADS is
 // read (default 1).
