@@ -249,14 +249,9 @@ struct GemmDriver {
   // cache, Zen 5): 2048x384x128 nt +15%, 2048x512x128 nt with bias and ReLU +9-14%, 2048x128x128 nt
   // +23%, unchanged (0.99-1.01x) with operands in cache. At K = 256 it gained 3% cold and lost
   // 2% warm, at 512 it lost 3% warm: longer rows stream well enough.
+  // (prefetch_rows, gemm_pack.hpp: prefetch_span per row read 0.85x here with the operands in memory,
+  // ten alternating rounds, 2048x384x128 nt, for the same lines.)
   static constexpr int64_t kShortRowBytes = 512;
-  // Its own loop rather than prefetch_span (gemm_pack.hpp) per row: that read 0.85x here with the
-  // operands in memory (ten alternating rounds, 2048x384x128 nt), for the same lines.
-  static void prefetch_rows(const T* a, int64_t lda, int64_t kb) {
-    constexpr int64_t line = 64 / int64_t(sizeof(T));
-    for (int r = 0; r < MR; ++r)
-      for (int64_t k = 0; k < kb; k += line) __builtin_prefetch(a + r * lda + k, 0, 3);
-  }
 
   // Packing on first use. A separate packing pass only moves memory while the FMA units idle: B's
   // copy was 12% of a 64x256x768 nn product on Zen 5, transposed A's 7% of 256^3 tn, and twice that
@@ -404,7 +399,7 @@ struct GemmDriver {
               const bool prefetch_a = !AK && kb * int64_t(sizeof(T)) <= kShortRowBytes && nb_panels > 1;
               for (int64_t ip = cp; ip < cp_end; ++ip) {
                 for (int64_t jp = 0; jp + 1 < nb_panels; ++jp) tile(ip, jp);
-                if (prefetch_a && ip + 1 < cp_end) prefetch_rows(a_blk + (ip + 1 - cp) * a_step, lda, kb);
+                if (prefetch_a && ip + 1 < cp_end) prefetch_rows(MR, kb, a_blk + (ip + 1 - cp) * a_step, lda);
                 tile(ip, nb_panels - 1);
               }
             } else {

@@ -51,6 +51,7 @@
 #include "kernels/simd/common.hpp"
 #include "kernels/simd/gemm_config.hpp"
 #include "kernels/simd/gemm_micro.hpp"
+#include "kernels/simd/gemm_pack.hpp"
 #include "kernels/simd/math.hpp"
 #include "kernels/simd/random.hpp"
 #include "kernels/simd/softmax.hpp"
@@ -166,16 +167,12 @@ inline int64_t head_at(const AttentionStrides& s, int64_t b, int64_t h) {
   return b * s.b + h * s.h;
 }
 
-// Asks for rows x cols of a strided operand to be brought into cache (one prefetch per 64-byte
-// line). Issued for the next head while this one computes: at T = 32 a head's rows are a few KiB
-// spread H rows apart, and at 64 x 4 heads (1 MiB per operand, beyond L2) reading them cold cost a
-// third of the step (0.185 ms for 16 heads in cache, 4.55 for 256). Measured: 4.47 -> 3.85 ms
-// (best of 10 alternating runs); prefetching the gradients and o for writing as well gained nothing.
-inline void prefetch_rows(int64_t rows, int64_t cols, const float* src, int64_t stride) {
-  constexpr int64_t kLineFloats = 64 / sizeof(float);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += kLineFloats) __builtin_prefetch(src + r * stride + c);
-}
+// The next head's rows are prefetched (gemm_detail::prefetch_rows) while this one computes: at T = 32
+// a head's rows are a few KiB spread H rows apart, and at 64 x 4 heads (1 MiB per operand, beyond L2)
+// reading them cold cost a third of the step (0.185 ms for 16 heads in cache, 4.55 for 256).
+// Measured: 4.47 -> 3.85 ms (best of 10 alternating runs); prefetching the gradients and o for
+// writing as well gained nothing.
+using gemm_detail::prefetch_rows;
 
 // The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
 // from rows to the next whole vector (all the micro-kernel reads as B; the rest of ld is padding).
