@@ -76,19 +76,31 @@ struct AttentionTile {
   static constexpr int NR = NV * W;
 };
 
+// The tiles of `rows` rows (MR, or 4, 2, 1 for the rows left below the last whole tile).
+template <class Arch, bool AK, int Rows, int NV>
+inline constexpr gemm_detail::MicroKernelTable<Arch, float, Rows, NV, AK> kRowTiles{};
+
 template <class Arch, bool AK, bool Short>
 void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
                int64_t ldb, float beta, float* c, int64_t ldc) {
   using Tile = AttentionTile<Arch, Short>;
-  static constexpr gemm_detail::MicroKernelTable<Arch, float, Tile::MR, Tile::NV, AK> table;
+  constexpr int MR = Tile::MR, NV = Tile::NV;
   for (int64_t j = 0; j < n; j += Tile::NR) {
-    const int n_valid = int(std::min<int64_t>(Tile::NR, n - j));
-    const auto fn = table.fn[(n_valid + Tile::W - 1) / Tile::W - 1];
-    for (int64_t i = 0; i < m; i += Tile::MR) {
-      const int rows = int(std::min<int64_t>(Tile::MR, m - i));
+    const int n_valid = int(std::min<int64_t>(Tile::NR, n - j)), v = (n_valid + Tile::W - 1) / Tile::W - 1;
+    auto tile = [&](gemm_detail::MicroKernelFn<float> fn, int64_t i, int rows) {
       fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid,
          nullptr, nullptr, nullptr);
-    }
+    };
+    int64_t i = 0;
+    for (; i + MR <= m; i += MR) tile(kRowTiles<Arch, AK, MR, NV>.fn[v], i, MR);
+    // The rows left, exactly, in tiles of 4, 2 and 1 rows (at most one each, as MR <= 8): a tile
+    // computes all of its rows, so the one row past 32 of the decoder's T = 33 blocks had cost a
+    // whole 8-row tile in each of the seven products. Each element is the same k-ordered sum in
+    // any tile, so the results do not change.
+    if constexpr (MR > 4)
+      if (m - i >= 4) tile(kRowTiles<Arch, AK, 4, NV>.fn[v], i, 4), i += 4;
+    if (m - i >= 2) tile(kRowTiles<Arch, AK, 2, NV>.fn[v], i, 2), i += 2;
+    if (m - i >= 1) tile(kRowTiles<Arch, AK, 1, NV>.fn[v], i, 1), i += 1;
   }
 }
 
