@@ -93,14 +93,19 @@ void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
     };
     int64_t i = 0;
     for (; i + MR <= m; i += MR) tile(kRowTiles<Arch, AK, MR, NV>.fn[v], i, MR);
-    // The rows left, exactly, in tiles of 4, 2 and 1 rows (at most one each, as MR <= 8): a tile
-    // computes all of its rows, so the one row past 32 of the decoder's T = 33 blocks had cost a
-    // whole 8-row tile in each of the seven products. Each element is the same k-ordered sum in
-    // any tile, so the results do not change.
-    if constexpr (MR > 4)
-      if (m - i >= 4) tile(kRowTiles<Arch, AK, 4, NV>.fn[v], i, 4), i += 4;
-    if (m - i >= 2) tile(kRowTiles<Arch, AK, 2, NV>.fn[v], i, 2), i += 2;
-    if (m - i >= 1) tile(kRowTiles<Arch, AK, 1, NV>.fn[v], i, 1), i += 1;
+    // The rows left: a tile computes all of its rows, so the one row past 32 of the decoder's
+    // T = 33 blocks had cost a whole 8-row tile in each of the seven products. Up to half a tile
+    // of them take a 1-, 2- or 4-row tile: a k step of r rows costs about max(r, 4) cycles (r
+    // FMAs a pipe, but each accumulator's FMAs wait 4 cycles for the last), against MR for the
+    // whole tile, so more rows, or splitting them, would save nothing. Each element is the same
+    // k-ordered sum in any tile, so the results do not change.
+    const int left = int(m - i);
+    if (left == 0) continue;
+    auto fn = kRowTiles<Arch, AK, MR, NV>.fn[v];
+    if (left <= 1) fn = kRowTiles<Arch, AK, 1, NV>.fn[v];
+    else if (left <= 2) fn = kRowTiles<Arch, AK, 2, NV>.fn[v];
+    else if (left <= 4 && 2 * left <= MR) fn = kRowTiles<Arch, AK, 4, NV>.fn[v];
+    tile(fn, i, left);
   }
 }
 
