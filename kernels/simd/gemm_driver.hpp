@@ -323,6 +323,8 @@ struct GemmDriver {
       };
 
       const auto& edge = kernels<AK>();
+      // The matrix's last rows of tiles, when short, in a shorter tile where that is quicker.
+      const MicroKernelFn<T>* bottom = M % MR ? bottom_edge_kernels<Arch, T, MR, NV, AK>(int(M % MR)) : nullptr;
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
@@ -386,6 +388,9 @@ struct GemmDriver {
                     pack_a_now, pack_b_now, kb, pack_a_now ? pr.a + ip * MR + k0 * pr.a_cs : ap,
                     pack_a_now ? pr.a_cs : lda, pack_b_now ? b_src + jp * NR : bp, pack_b_now ? pr.b_ks : ldb,
                     c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs, ep);
+              else if (rows < MR && bottom)
+                bottom[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols, nullptr,
+                                               nullptr, ep);
               else if (cols == NR)
                 micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
                                                   nullptr, nullptr, ep);
@@ -656,6 +661,10 @@ struct GemmDriver {
     const bool ak = pr.a_cs != 1;
     if (pr.K > blocking<T, Tile>().kc || pr.pack_a() || pr.pack_b() || pr.N % W != 0) return false;
     const int64_t lda = ak ? pr.a_cs : pr.a_rs;
+    const int left = int(pr.M % MR);  // rows below the last whole tile (see bottom_edge_kernels)
+    const MicroKernelFn<T>* bottom = !left ? nullptr
+                                     : ak  ? bottom_edge_kernels<Arch, T, MR, NV, true>(left)
+                                           : bottom_edge_kernels<Arch, T, MR, NV, false>(left);
     for (int64_t i = 0; i < pr.M; i += MR) {
       const T* ap = ak ? pr.a + i : pr.a + i * lda;
       const int rows = int(std::min<int64_t>(MR, pr.M - i));
@@ -665,7 +674,10 @@ struct GemmDriver {
         const T* bp = pr.b + j;
         GemmEpilogue<T> te;
         const GemmEpilogue<T>* ep = pr.tile_epilogue(i, j, 0, pr.K, te);
-        if (cols == NR) {
+        if (rows < MR && bottom) {
+          bottom[cols / W - 1](pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta, rows, cols, nullptr,
+                               nullptr, ep);
+        } else if (cols == NR) {
           if (ak)
             micro_kernel<Arch, T, MR, NV, true>(pr.K, ap, lda, bp, pr.b_ks, c, pr.ldc, pr.alpha, pr.beta,
                                                 rows, cols, nullptr, nullptr, ep);

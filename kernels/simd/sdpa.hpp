@@ -76,36 +76,24 @@ struct AttentionTile {
   static constexpr int NR = NV * W;
 };
 
-// The tiles of `rows` rows (MR, or 4, 2, 1 for the rows left below the last whole tile).
-template <class Arch, bool AK, int Rows, int NV>
-inline constexpr gemm_detail::MicroKernelTable<Arch, float, Rows, NV, AK> kRowTiles{};
-
 template <class Arch, bool AK, bool Short>
 void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, int64_t lda, const float* b,
                int64_t ldb, float beta, float* c, int64_t ldc) {
   using Tile = AttentionTile<Arch, Short>;
   constexpr int MR = Tile::MR, NV = Tile::NV;
+  static constexpr gemm_detail::MicroKernelTable<Arch, float, MR, NV, AK> table;
+  // The rows below the last whole tile (the one row past 32 of the decoder's T = 33 blocks, in each
+  // of the seven products) take a shorter tile where that is quicker (bottom_edge_kernels).
+  const int left = int(m % MR);
+  const gemm_detail::MicroKernelFn<float>* edge =
+      left ? gemm_detail::bottom_edge_kernels<Arch, float, MR, NV, AK>(left) : nullptr;
   for (int64_t j = 0; j < n; j += Tile::NR) {
     const int n_valid = int(std::min<int64_t>(Tile::NR, n - j)), v = (n_valid + Tile::W - 1) / Tile::W - 1;
-    auto tile = [&](gemm_detail::MicroKernelFn<float> fn, int64_t i, int rows) {
-      fn(kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, alpha, beta, rows, n_valid,
-         nullptr, nullptr, nullptr);
-    };
-    int64_t i = 0;
-    for (; i + MR <= m; i += MR) tile(kRowTiles<Arch, AK, MR, NV>.fn[v], i, MR);
-    // The rows left: a tile computes all of its rows, so the one row past 32 of the decoder's
-    // T = 33 blocks had cost a whole 8-row tile in each of the seven products. Up to half a tile
-    // of them take a 1-, 2- or 4-row tile: a k step of r rows costs about max(r, 4) cycles (r
-    // FMAs a pipe, but each accumulator's FMAs wait 4 cycles for the last), against MR for the
-    // whole tile, so more rows, or splitting them, would save nothing. Each element is the same
-    // k-ordered sum in any tile, so the results do not change.
-    const int left = int(m - i);
-    if (left == 0) continue;
-    auto fn = kRowTiles<Arch, AK, MR, NV>.fn[v];
-    if (left <= 1) fn = kRowTiles<Arch, AK, 1, NV>.fn[v];
-    else if (left <= 2) fn = kRowTiles<Arch, AK, 2, NV>.fn[v];
-    else if (left <= 4 && 2 * left <= MR) fn = kRowTiles<Arch, AK, 4, NV>.fn[v];
-    tile(fn, i, left);
+    for (int64_t i = 0; i < m; i += MR) {
+      const int rows = int(std::min<int64_t>(MR, m - i));
+      (rows < MR && edge ? edge : table.fn)[v](kc, AK ? a + i : a + i * lda, lda, b + j, ldb, c + i * ldc + j,
+                                               ldc, alpha, beta, rows, n_valid, nullptr, nullptr, nullptr);
+    }
   }
 }
 
