@@ -375,10 +375,11 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
     // K^T and V of the thread's current head, packed a key block at a time as its first query block
     // reaches it and kept for the head's other query blocks.
     const int64_t kblocks = (l.Tk + kb - 1) / kb, kt_block = std::max<int64_t>(l.dk, 1) * kbp;
-    const ThreadBuffers<7> buf({kblocks * kt_block, v_in_place ? 0 : kblocks * kb * dvp, kQueryBlock * kbp,
-                                one_block ? 0 : kQueryBlock * dvp, kQueryBlock, kQueryBlock, kQueryBlock});
+    const ThreadBuffers<8> buf({kblocks * kt_block, v_in_place ? 0 : kblocks * kb * dvp, kQueryBlock * kbp,
+                                one_block ? 0 : kQueryBlock * dvp, kQueryBlock, kQueryBlock, kQueryBlock,
+                                kQueryBlock});
     float *kt = buf[0], *vp = buf[1], *s = buf[2], *acc = buf[3], *mrow = buf[4], *lrow = buf[5],
-          *inv = buf[6];
+          *inv = buf[6], *bmax = buf[7];
     int64_t packed_head = -1, packed_blocks = 0;
     for (int64_t item = item0; item < item1; ++item) {
       const int64_t bh = item / qblocks, b = bh / l.H, h = bh % l.H;
@@ -413,13 +414,20 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
         else
           for (int64_t r = 0; r < rows; ++r) std::fill(s + r * kbp, s + r * kbp + n, 0.0f);
         // Online softmax: row r's running max m and sum l; its partial output rescaled when m grows.
+        // The block's row maxima first, in a pass of their own: each row's exp waits for its max's
+        // horizontal reduction, and with both in one loop that chain ran row after row (the forward
+        // at the small Transformer's shape, operands in cache, 1.05x faster so).
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
-          float* sr = s + r * kbp;
+          const int64_t i = i0 + r;
           const float* mr =
               mask_base ? mask_base + head_at(l.mask_strides, b, h) + i * l.mask_strides.t + j0
                         : nullptr;
-          const float m_new = std::max(mrow[r], mask_max<Arch>(active, mr, sr));
+          bmax[r] = mask_max<Arch>(active_keys(l, i, j0, n), mr, s + r * kbp);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r, active = active_keys(l, i, j0, n);
+          float* sr = s + r * kbp;
+          const float m_new = std::max(mrow[r], bmax[r]);
           if (m_new == -kInf) {  // nothing seen yet: the row contributes zeros
             std::fill(sr, sr + n, 0.0f);
             continue;
