@@ -324,7 +324,8 @@ struct GemmDriver {
 
       const auto& edge = kernels<AK>();
       // The matrix's last rows of tiles, when short, in a shorter tile where that is quicker.
-      const MicroKernelFn<T>* bottom = M % MR ? bottom_edge_kernels<Arch, T, MR, NV, AK>(int(M % MR)) : nullptr;
+      const MicroKernelFn<T>* bottom =
+          M % MR ? bottom_edge_kernels<Arch, T, MR, NV, AK>(int(M % MR)) : nullptr;
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
@@ -389,8 +390,8 @@ struct GemmDriver {
                     pack_a_now ? pr.a_cs : lda, pack_b_now ? b_src + jp * NR : bp, pack_b_now ? pr.b_ks : ldb,
                     c, pr.ldc, pr.alpha, beta, rows, const_cast<T*>(ap), b_buf + jp * bs, ep);
               else if (rows < MR && bottom)
-                bottom[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols, nullptr,
-                                               nullptr, ep);
+                bottom[(cols + W - 1) / W - 1](kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
+                                               nullptr, nullptr, ep);
               else if (cols == NR)
                 micro_kernel<Arch, T, MR, NV, AK>(kb, ap, lda, bp, ldb, c, pr.ldc, pr.alpha, beta, rows, cols,
                                                   nullptr, nullptr, ep);
