@@ -225,7 +225,11 @@ constexpr int tile_step_cycles(int rows, int nv) {
 // then computes a 64-row matrix's last 4 rows in 8 cycles a k step instead of 12 (64^3 at 1 thread
 // 1.01-1.06x, 128^3 1.02-1.04x, paired runs on Zen 5), and the attention kernels' 8 x 32 tile the
 // one row past 32 of a 33-row block in 4 instead of 8 (the small Transformer's decoder: the kernels
-// alone 1.08x in cache). Each element is the same k-ordered sum in any tile, so no result changes.
+// alone 1.08x in cache). Each element is the same k-ordered sum in any tile; only its store can
+// round differently, where alpha != 1 and C or a bias is added: a whole tile stores alpha * sum +
+// (beta * C + bias) with one fused multiply-add, and a tile computing fewer rows than its own went
+// through the stack tile's separate multiply and add. With alpha == 1, or nothing added, the bits
+// are the same (the models' linear layers: alpha 1).
 template <class Arch, class T, int MR, int NV, bool AK>
 const MicroKernelFn<T>* bottom_edge_kernels(int left) {
   static constexpr MicroKernelTable<Arch, T, 1, NV, AK> one;
