@@ -324,8 +324,7 @@ struct GemmDriver {
 
       const auto& edge = kernels<AK>();
       // The matrix's last rows of tiles, when short, in a shorter tile where that is quicker.
-      const MicroKernelFn<T>* bottom =
-          M % MR ? bottom_edge_kernels<Arch, T, MR, NV, AK>(int(M % MR)) : nullptr;
+      const MicroKernelFn<T>* bottom = bottom_edge_kernels<Arch, T, MR, NV, AK>(int(M % MR));
       for (int64_t k0 = 0; k0 < K; k0 += kc) {
         const int64_t kb = std::min(kc, K - k0);
         const T beta = k0 == 0 ? pr.beta : T(1);
@@ -663,9 +662,8 @@ struct GemmDriver {
     if (pr.K > blocking<T, Tile>().kc || pr.pack_a() || pr.pack_b() || pr.N % W != 0) return false;
     const int64_t lda = ak ? pr.a_cs : pr.a_rs;
     const int left = int(pr.M % MR);  // rows below the last whole tile (see bottom_edge_kernels)
-    const MicroKernelFn<T>* bottom = !left ? nullptr
-                                     : ak  ? bottom_edge_kernels<Arch, T, MR, NV, true>(left)
-                                           : bottom_edge_kernels<Arch, T, MR, NV, false>(left);
+    const MicroKernelFn<T>* bottom = ak ? bottom_edge_kernels<Arch, T, MR, NV, true>(left)
+                                        : bottom_edge_kernels<Arch, T, MR, NV, false>(left);
     for (int64_t i = 0; i < pr.M; i += MR) {
       const T* ap = ak ? pr.a + i : pr.a + i * lda;
       const int rows = int(std::min<int64_t>(MR, pr.M - i));

@@ -218,25 +218,26 @@ constexpr int tile_step_cycles(int rows, int nv) {
   return std::max(rows * nv / 2, 4);
 }
 
-// The rows of a matrix left below its last whole MR-row tile (1 <= left < MR): a tile computes all
-// MR of its rows whatever `rows` says. The instances for the shortest tile of 1, 2 or 4 rows that
-// holds them, fn[v - 1] for v vectors as in MicroKernelTable, when its k step is quicker than the
-// whole tile's (tile_step_cycles); else null, for the whole tile. On AVX-512 the GEMM's 6 x 64 tile
-// then computes a 64-row matrix's last 4 rows in 8 cycles a k step instead of 12 (64^3 at 1 thread
-// 1.01-1.06x, 128^3 1.02-1.04x, paired runs on Zen 5), and the attention kernels' 8 x 32 tile the
-// one row past 32 of a 33-row block in 4 instead of 8 (the small Transformer's decoder: the kernels
-// alone 1.08x in cache). Each element is the same k-ordered sum in any tile; only its store can
-// round differently, where alpha != 1 and C or a bias is added: a whole tile stores alpha * sum +
-// (beta * C + bias) with one fused multiply-add, and a tile computing fewer rows than its own went
-// through the stack tile's separate multiply and add. With alpha == 1, or nothing added, the bits
-// are the same (the models' linear layers: alpha 1).
+// The rows of a matrix left below its last whole MR-row tile (M % MR): a tile computes all MR of
+// its rows whatever `rows` says. The instances for the shortest tile of 1, 2 or 4 rows that holds
+// them, fn[v - 1] for v vectors as in MicroKernelTable, when its k step is quicker than the whole
+// tile's (tile_step_cycles); else null, for the whole tile (and when no rows are left). On AVX-512
+// the GEMM's 6 x 64 tile then computes a 64-row matrix's last 4 rows in 8 cycles a k step instead
+// of 12 (64^3 at 1 thread 1.01-1.06x, 128^3 1.02-1.04x, paired runs on Zen 5), and the attention
+// kernels' 8 x 32 tile the one row past 32 of a 33-row block in 4 instead of 8 (the small
+// Transformer's decoder: the kernels alone 1.08x in cache). Each element is the same k-ordered sum
+// in any tile; only its store can round differently, where alpha != 1 and C or a bias is added: a
+// whole tile stores alpha * sum + (beta * C + bias) with one fused multiply-add, and a tile
+// computing fewer rows than its own went through the stack tile's separate multiply and add. With
+// alpha == 1, or nothing added, the bits are the same (the models' linear layers: alpha 1).
 template <class Arch, class T, int MR, int NV, bool AK>
 const MicroKernelFn<T>* bottom_edge_kernels(int left) {
   static constexpr MicroKernelTable<Arch, T, 1, NV, AK> one;
   static constexpr MicroKernelTable<Arch, T, 2, NV, AK> two;
   static constexpr MicroKernelTable<Arch, T, 4, NV, AK> four;
   const int rows = left <= 1 ? 1 : left <= 2 ? 2 : 4;
-  if (left > 4 || rows >= MR || tile_step_cycles(rows, NV) >= tile_step_cycles(MR, NV)) return nullptr;
+  if (left < 1 || left > 4 || rows >= MR || tile_step_cycles(rows, NV) >= tile_step_cycles(MR, NV))
+    return nullptr;
   return rows == 1 ? one.fn : rows == 2 ? two.fn : four.fn;
 }
 

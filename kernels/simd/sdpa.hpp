@@ -84,9 +84,8 @@ void tile_loop(int64_t m, int64_t n, int64_t kc, float alpha, const float* a, in
   static constexpr gemm_detail::MicroKernelTable<Arch, float, MR, NV, AK> table;
   // The rows below the last whole tile (the one row past 32 of the decoder's T = 33 blocks, in each
   // of the seven products) take a shorter tile where that is quicker (bottom_edge_kernels).
-  const int left = int(m % MR);
   const gemm_detail::MicroKernelFn<float>* edge =
-      left ? gemm_detail::bottom_edge_kernels<Arch, float, MR, NV, AK>(left) : nullptr;
+      gemm_detail::bottom_edge_kernels<Arch, float, MR, NV, AK>(int(m % MR));
   for (int64_t j = 0; j < n; j += Tile::NR) {
     const int n_valid = int(std::min<int64_t>(Tile::NR, n - j)), v = (n_valid + Tile::W - 1) / Tile::W - 1;
     for (int64_t i = 0; i < m; i += MR) {
