@@ -99,7 +99,7 @@ struct FullSpan {
   TileSpan operator()(int64_t, int) const { return {kUnbounded, 0, kUnbounded}; }
 };
 
-// span(i, rows): the TileSpan of the row tile of C at rows [i, i + rows).
+// span(i, rows): the TileSpan of the row tile of C at rows [i, i + rows), within the product.
 template <class Arch, bool AK, bool Short, class Span>
 void tile_loop(int64_t m, int64_t n, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                float beta, float* c, int64_t ldc, const Span& span) {
@@ -114,7 +114,7 @@ void tile_loop(int64_t m, int64_t n, float alpha, const float* a, int64_t lda, c
     for (int64_t i = 0; i < m; i += MR) {
       const int rows = int(std::min<int64_t>(MR, m - i));
       const TileSpan t = span(i, rows);
-      const int n_valid = int(std::min<int64_t>(Tile::NR, std::min(n, t.n) - j));
+      const int n_valid = int(std::min<int64_t>(Tile::NR, t.n - j));
       if (n_valid <= 0) continue;
       if (t.k1 <= t.k0) {  // only zeros to add
         if (beta == 0.0f)
@@ -317,6 +317,32 @@ inline int64_t key_end(const AttentionLayout& l, int64_t i1) {
   return std::clamp<int64_t>(i1 - 1 + (l.Tk - l.Tq) + 1, 0, l.Tk);
 }
 
+// The TileSpans of the products of a block: query rows [i0, i0 + rows) against keys [j0, j0 + n).
+// Causal, a tile of query rows [r, r + t) sees the block's first seen(r + t - 1) keys (past them the
+// weights P and score gradients dS are zeros), and a tile of keys [r, r + t) is seen from query
+// first_query(j0 + r) on. Unmasked, every span is the whole product.
+template <class Arch>
+struct BlockSpans {
+  const AttentionLayout& l;
+  int64_t i0, j0, n;
+  int64_t seen(int64_t r) const { return active_keys(l, i0 + r, j0, n); }
+  // S and dP (query rows x keys): up to the tile's last key, in whole vectors (their buffers have
+  // room; the softmax and weights_and_score_grads overwrite what lies past a row's last key).
+  auto scores() const {
+    return [this](int64_t r, int t) {
+      return TileSpan{gemm_detail::round_up(seen(r + t - 1), int64_t(Batch<Arch>::size)), 0, kUnbounded};
+    };
+  }
+  // P V and dS K (query rows, summed over the keys): up to the tile's last key.
+  auto over_keys() const {
+    return [this](int64_t r, int t) { return TileSpan{kUnbounded, 0, seen(r + t - 1)}; };
+  }
+  // P^T dO and dS^T Q (key rows, summed over the queries): from the first query that sees them.
+  auto over_queries() const {
+    return [this](int64_t r, int) { return TileSpan{kUnbounded, first_query(l, j0 + r) - i0, kUnbounded}; };
+  }
+};
+
 // s[0, n) += mask[0, n), returns max(s[0, n)) (-inf for n == 0).
 template <class Arch>
 TG_INLINE float mask_max(int64_t n, const float* mask, float* s) {
@@ -450,16 +476,10 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           if (!v_in_place) pack_rows<Arch>(all, l.dv, vh + j0 * l.v.t, l.v.t, dvp, vpb);
           ++packed_blocks;
         }
-        // Causal: a tile of query rows [r, r + t) sees the block's first seen(r + t - 1) keys; its
-        // scores past them (whole vectors: s has room) are not computed, nor P V's zero weights.
-        const auto seen = [&](int64_t r) { return active_keys(l, i0 + r, j0, n); };
-        const auto score_span = [&](int64_t r, int t) {
-          return TileSpan{gemm_detail::round_up(seen(r + t - 1), W), 0, kUnbounded};
-        };
-        const auto weight_span = [&](int64_t r, int t) { return TileSpan{kUnbounded, 0, seen(r + t - 1)}; };
+        const BlockSpans<Arch> spans{l, i0, j0, n};  // causal: the masked part is not computed
         // S = scale * Q K^T for this block
         if (l.dk > 0)
-          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, ktb, kbp, 0.0f, s, kbp, score_span);
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qb, l.q.t, ktb, kbp, 0.0f, s, kbp, spans.scores());
         else
           for (int64_t r = 0; r < rows; ++r) std::fill(s + r * kbp, s + r * kbp + n, 0.0f);
         // Online softmax: row r's running max m and sum l; its partial output rescaled when m grows.
@@ -501,10 +521,10 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
         if (!v_in_place) vb = vpb, ldv = dvp;
         if (one_block)
           tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s, kbp, vb, ldv, 0.0f,
-                                 o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t, weight_span);
+                                 o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t, spans.over_keys());
         else
           tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s, kbp, vb, ldv, j0 > 0 ? 1.0f : 0.0f, acc, dvp,
-                                 weight_span);
+                                 spans.over_keys());
       }
       // lse = m + log l, or +inf for a row that saw no key (its o zeros, as softmax defines such a row)
       row_lse<Arch>(rows, jend == 0, mrow, lrow, lse + bh * l.Tq + i0);
@@ -672,35 +692,26 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
           // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
           if (l.dk == 0) std::fill(p, p + rows * kbp, 0.0f);
           if (l.dv == 0) std::fill(ds, ds + rows * kbp, 0.0f);
-          // Causal, as in the forward: query rows [r, r + t) see the block's first seen(r + t - 1)
-          // keys (past them P and dS are zeros), and the keys [r, r + t) of the block are seen from
-          // query first_query(j0 + r) on (dV and dK sum no weights of the rows before).
-          const auto seen = [&](int64_t r) { return active_keys(l, i0 + r, j0, n); };
-          const auto score_span = [&](int64_t r, int t) {
-            return TileSpan{gemm_detail::round_up(seen(r + t - 1), W), 0, kUnbounded};
-          };
-          const auto key_span = [&](int64_t r, int) {
-            return TileSpan{kUnbounded, first_query(l, j0 + r) - i0, kUnbounded};
-          };
-          const auto query_span = [&](int64_t r, int t) { return TileSpan{kUnbounded, 0, seen(r + t - 1)}; };
-          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt, kbp, 0.0f, p, kbp, score_span);
+          const BlockSpans<Arch> spans{l, i0, j0, n};  // causal: the masked part is not computed
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt, kbp, 0.0f, p, kbp,
+                                 spans.scores());
           tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt, kbp, 0.0f, ds, kbp,
-                                 score_span);
+                                 spans.scores());
           weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D, p, ds);
           const float dv_beta = first && dv_out.overwrite ? 0.0f : 1.0f;
           const float dk_beta = first && dk_out.overwrite ? 0.0f : 1.0f;
           if (dv)
             tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, p, kbp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t,
-                                  key_span);
+                                  spans.over_queries());
           if (dk)
             tile_gemm<Arch, true>(n, l.dk, rows, scale, ds, kbp, qr + i0 * ldq, ldq, dk_beta, dkb, l.dk_.t,
-                                  key_span);
+                                  spans.over_queries());
           if (dq && dq_direct)
             tile_gemm<Arch, false>(rows, l.dk, n, scale, ds, kbp, kr + j0 * ldk, ldk, dq_beta,
-                                   dqh + i0 * l.dq.t, l.dq.t, query_span);
+                                   dqh + i0 * l.dq.t, l.dq.t, spans.over_keys());
           else if (dq)
             tile_gemm<Arch, false>(rows, dkp, n, scale, ds, kbp, kr + j0 * ldk, ldk, 1.0f, dqacc + i0 * dkp,
-                                   dkp, query_span);
+                                   dkp, spans.over_keys());
           first = false;
         }
         if (first)  // causal, no query sees these keys: their gradients are zero
