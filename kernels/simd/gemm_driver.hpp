@@ -264,6 +264,18 @@ struct GemmDriver {
   // -> 362 at 2; 256^3 tn 234 -> 244 and 344 -> 368; 1024^3 and the 2048 shapes within 3% either way
   // (2048x1024x256 tn at 1 thread 0.98x). b_first_use: row-major B that its unit would pack whole.
   static bool b_first_use(const Problem& pr) { return pr.pack_b() && !pr.b_packed && pr.b_js == 1; }
+  // Transposed A packed on first use (its panels, see a_in_panels) is read in place MR elements at a
+  // time, so each stored line of A is read again by the next one or two panels, and those reads hit
+  // only if the depth block's lines, one per stored row at A's stride, stay in L2 meanwhile. At a
+  // power-of-two stride s they fall into L2 / s lines' worth of its sets, so that holds while
+  // kb x s fits in L2; past it, a chunk packed beforehand (pack_panels, whole lines at a time) is
+  // quicker. Median GFLOP/s at 1 thread, first use against packed beforehand, two alternating rounds
+  // on Zen 5: 2048x512x128 tn (s 8 KiB) 145-169 -> 167-180, 2048x1024x256 tn 150-153 -> 166-169,
+  // 1024^3 tn 170-173 -> 174-178; kept: 256^3 tn 181-185 against 172-175, 384x2048x128 tn
+  // 177-179 against 162-165, 512x2048x128 tn (1 MiB) 158-163 against 155-160.
+  static bool a_first_use_fits(const Problem& pr, int64_t kb) {
+    return kb * pr.a_cs * int64_t(sizeof(T)) <= cache_info().l2;
+  }
 
   // One tile that packs on first use: pack_a (only for column-major A, AK) stores the MR x kb panel
   // of A it reads (a, lda: transposed A in place) at a_out; pack_b stores the kb x NR panel of B it
@@ -309,8 +321,9 @@ struct GemmDriver {
       T* a_buf = pr.pack_a() ? scratch<T>(0, chunk_panels * (panels_a ? a_ps : MR * a_ps)) : nullptr;
       const bool rows_outer = !pr.pack_a() || panels_a;
       // A's panels are packed on first use (see b_first_use) by the tiles of the unit's first B panel
-      // of each depth block, if that panel is a whole one; else by pack_panels beforehand.
-      const bool a_first_use = panels_a && std::min(nc, my_n) >= NR;
+      // of each depth block, if that panel is a whole one and A's lines stay in L2 (a_first_use_fits);
+      // else by pack_panels beforehand.
+      const bool a_first_use = panels_a && std::min(nc, my_n) >= NR && a_first_use_fits(pr, kc);
       // Rows [r0, r0 + rows) of depth block k0 (kb deep) into panels at dst, kChunkRows at a time.
       auto pack_panels = [&](int64_t r0, int64_t rows, int64_t k0, int64_t kb, T* dst) {
         TG_PROF_BEGIN;
