@@ -269,10 +269,11 @@ struct GemmDriver {
   // only if the depth block's lines, one per stored row at A's stride, stay in L2 meanwhile. At a
   // power-of-two stride s they fall into L2 / s lines' worth of its sets, so that holds while
   // kb x s fits in L2; past it, a chunk packed beforehand (pack_panels, whole lines at a time) is
-  // quicker. Median GFLOP/s at 1 thread, first use against packed beforehand, two alternating rounds
-  // on Zen 5: 2048x512x128 tn (s 8 KiB) 145-169 -> 167-180, 2048x1024x256 tn 150-153 -> 166-169,
-  // 1024^3 tn 170-173 -> 174-178; kept: 256^3 tn 181-185 against 172-175, 384x2048x128 tn
-  // 177-179 against 162-165, 512x2048x128 tn (1 MiB) 158-163 against 155-160.
+  // quicker. bench_gemm at 1 thread on Zen 5, the rule against first use always (paired runs: both
+  // builds at once, one on each core, then swapped; two rounds): 2048x512x128 tn and tt (s 8 KiB)
+  // 1.09x, 2048x1024x256 1.06x, 1024^3 1.00x. Where first use stays, packing beforehand would lose
+  // (median GFLOP/s, alternating): 256^3 tn 172-175 against 181-185, 384x2048x128 tn 162-165
+  // against 177-179, 512x2048x128 tn (kb x s = 1 MiB) 155-160 against 158-163.
   static bool a_first_use_fits(const Problem& pr, int64_t kb) {
     return kb * pr.a_cs * int64_t(sizeof(T)) <= cache_info().l2;
   }
