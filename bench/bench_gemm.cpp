@@ -5,7 +5,8 @@
 //
 // Rows are named gemm/<impl>/<ta><tb>/<M>x<K>x<N>/omp:<threads> (impl tapegrad, openblas, blis or
 // onednn) and report GFLOP/s = 2*M*N*K / wall-clock time. All are row-major sgemm with alpha 1,
-// beta 0 and packed operands (A is M x K, or K x M when transposed; B K x N, or N x K). Each
+// beta 0 and packed operands (A is M x K, or K x M when transposed; B K x N, or N x K), 64-byte
+// aligned as tapegrad's (and PyTorch's) tensors are; every implementation gets the same ones. Each
 // (shape, transpose, threads) runs tapegrad and then each library back to back, so their ratios are
 // measured under the same machine load (tools/run bench also interleaves the repetitions of all
 // rows at random: --benchmark_enable_random_interleaving). Every row sets its own thread count:
@@ -49,6 +50,7 @@
 #include <tuple>
 #include <vector>
 
+#include "aligned_buffer.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/runtime.hpp"
 
@@ -73,9 +75,10 @@ struct Shape {
   int64_t M, K, N;
 };
 
-// One set of operands per shape, allocated and first-touched once, reused by every row.
+// One set of operands per shape, allocated and first-touched once, reused by every row; 64-byte
+// aligned as tensors are (aligned_buffer.hpp), the same buffers for every implementation.
 struct Buffers {
-  std::vector<float> A, B, C;
+  tapegrad::bench::AlignedVector<float> A, B, C;
 };
 
 Buffers& buffers(int64_t batch, const Shape& s) {
@@ -278,7 +281,7 @@ const std::vector<float>& tapegrad_reference(int64_t batch, const Op& op, const 
   if (key != wanted) {
     Buffers& b = buffers(batch, s);
     run_and_verify_tapegrad(batch, op, s, b);
-    reference = b.C;
+    reference.assign(b.C.begin(), b.C.end());
     key = wanted;
   }
   return reference;

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "aligned_buffer.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/ref/ref.hpp"
 
@@ -39,20 +40,8 @@ namespace ref = tapegrad::kernels::ref;
 
 namespace {
 
-// 64-byte aligned storage, like the library's caching allocator gives tensors: a plain large
-// std::vector starts 16 bytes into a page, which splits every 64-byte vector load across two cache
-// lines and rules out the kernels' streaming stores, neither of which happens to real tensors.
-template <class T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <class U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
-  bool operator==(const Aligned64&) const { return true; }
-};
-using Buffer = std::vector<float, Aligned64<float>>;
+// 64-byte aligned, as tensors are (aligned_buffer.hpp): kernels' streaming stores need it.
+using Buffer = tapegrad::bench::AlignedVector<float>;
 
 // Buffers by name and size, created and filled (so every page is touched) on first use.
 Buffer& buffer(const std::string& role, int64_t n, float lo = -5, float hi = 5) {
