@@ -150,13 +150,14 @@ struct GemmDriver {
   // minimises that preparation: an operand that is packed or transposed costs its K x dim elements
   // per preparation, one read in place about an eighth of that (it is only read, from cache). Ties
   // cut N. Larger operands keep the rule that held at 1024^3 and the 2048 shapes: cut N unless A
-  // needs transposing and is the larger operand. (At 128^3 tn, cutting M into four re-packed B four
-  // times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.) A long-K product
-  // (K at least kLongDepth times M and N, a weight gradient dW = dy^T x over all of a batch's rows)
-  // takes one unit per thread instead: there each unit's own preparation of the operand it shares
-  // (K x 128 floats of B for 512x2048x128 tn, 1 MiB from L3) is a sixth of the unit's time, and a
-  // second unit per thread repeats it (four alternating rounds on a 2-core Zen 5, GFLOP/s at 2
-  // threads, two units a thread -> one: 512x2048x128 tn 336-367 -> 365-393, tt 321-356 -> 357-391).
+  // needs transposing and is the larger operand. Either way only into units that leave no thread
+  // much more than its share of the tiles (see busiest_share). (At 128^3 tn, cutting M into four re-packed B
+  // four times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.) A long-K product (K at
+  // least kLongDepth times M and N, a weight gradient dW = dy^T x over all of a batch's rows) takes one unit
+  // per thread instead: there each unit's own preparation of the operand it shares (K x 128 floats of B for
+  // 512x2048x128 tn, 1 MiB from L3) is a sixth of the unit's time, and a second unit per thread repeats it
+  // (four alternating rounds on a 2-core Zen 5, GFLOP/s at 2 threads, two units a thread -> one: 512x2048x128
+  // tn 336-367 -> 365-393, tt 321-356 -> 357-391).
   static constexpr int64_t kLongDepth = 4;
   // A tall product (M at least kTallRows times N, enough row panels for every thread, op(B) under
   // L2) is cut into one band of rows per thread instead, thread t taking band t: the row split of
@@ -180,23 +181,55 @@ struct GemmDriver {
     const int64_t m_panels = ceil_div(pr.M, MR), n_panels = ceil_div(pr.N, NR);
     const int64_t target = (long_depth ? 1 : 2) * nt;
     auto cut_n = [&](int64_t um) { return Units{um, std::min(n_panels, ceil_div(target, um))}; };
+    auto balanced = [&](const Units& u) { return busiest_share(m_panels, n_panels, u, nt) <= kMaxImbalance; };
     const int64_t bytes = (pr.M + pr.N) * pr.K * int64_t(sizeof(T));
     if (bytes > cache_info().l2) {
       if (pr.pack_a() && pr.M >= pr.N) return cut_n(std::min(m_panels, target));
-      const int64_t un = std::min(n_panels, target);
-      return {std::min(m_panels, ceil_div(target, un)), un};
+      // Across N in as many parts as balance, else bands of rows (MR-row panels always balance).
+      for (int64_t un = std::min(n_panels, target); un > 1; --un)
+        if (const Units u{std::min(m_panels, ceil_div(target, un)), un}; balanced(u)) return u;
+      return {std::min(m_panels, target), 1};
     }
     auto prep = [](bool packed, int64_t dim) { return double(dim) * (packed ? 1.0 : 0.125); };
     const double a_cost = prep(pr.pack_a(), pr.M), b_cost = prep(pr.pack_b(), pr.N);
     const int64_t least = std::min<int64_t>(nt, m_panels * n_panels);  // every thread gets a unit
+    // The cheapest balanced cut; if none balances, the most even one.
     Units best{1, 1};
-    double best_cost = -1;
+    double best_cost = -1, best_share = -1;
     for (int64_t um = 1; um <= std::min(m_panels, target); ++um) {
       const Units u = cut_n(um);
+      if (u.count() < least) continue;
       const double cost = double(u.um) * b_cost + double(u.un) * a_cost;
-      if (u.count() >= least && (best_cost < 0 || cost < best_cost)) best = u, best_cost = cost;
+      const double share = std::max(busiest_share(m_panels, n_panels, u, nt), kMaxImbalance);
+      if (best_cost < 0 || share < best_share || (share == best_share && cost < best_cost))
+        best = u, best_cost = cost, best_share = share;
     }
     return best;
+  }
+
+  // How much more than an even share of the tiles the busiest thread computes when the team takes
+  // the units in counter order, each going to whichever thread is free first (with times in
+  // proportion to tiles), as a ratio (1: even). A cut is balanced up to kMaxImbalance. With NR = 64
+  // on AVX-512 a few hundred columns are a few panels, and cutting them unevenly cost a quarter of
+  // the time: 384^3 nn at 2 threads was cut into units of 1, 2, 1 and 2 column panels, which leave
+  // one thread 4 panels to the other's 2. Balanced cuts, GFLOP/s at 2 threads on Zen 5, before ->
+  // after (alternating runs): 384^3 nn 300 -> 351, nt 295 -> 366; 320^3 nn 315 -> 354; the GPT
+  // recipe's QKV projection 768x128x384 nn 284-297 -> 362-372 (bench_gemm, two rounds), nt 291-295
+  // -> 354-383; shapes whose cuts were already even unchanged.
+  static constexpr double kMaxImbalance = 1.05;
+  static double busiest_share(int64_t m_panels, int64_t n_panels, const Units& u, int nt) {
+    constexpr int kMaxThreads = 64;
+    if (u.fixed || nt > kMaxThreads) return 1.0;  // bands: one even unit per thread
+    int64_t load[kMaxThreads];
+    std::fill(load, load + nt, int64_t(0));
+    for (int64_t k = 0; k < u.count(); ++k) {
+      const int64_t iu = k / u.un, ju = k % u.un;
+      const int64_t tiles =
+          (split_begin(m_panels, int(u.um), int(iu + 1)) - split_begin(m_panels, int(u.um), int(iu))) *
+          (split_begin(n_panels, int(u.un), int(ju + 1)) - split_begin(n_panels, int(u.un), int(ju)));
+      *std::min_element(load, load + nt) += tiles;
+    }
+    return double(*std::max_element(load, load + nt)) * nt / double(m_panels * n_panels);
   }
 
   // The loop nest above, for thread `tid` of `nt`: units from `next` until none are left.

@@ -524,3 +524,35 @@ TEST_CASE("team cost: slow to give teams up after lasting losses, back at the fi
   cost.record(now, 8000, 0);  // and one new outlier does not undo that
   CHECK(cost.worth_it(kSingleUs));
 }
+
+// How a team cuts C into units (gemm_driver.hpp choose_units): never so that one thread is left
+// twice the other's tiles. Built for SSE2 (every x86-64 has it), whose 8-wide panels make a 48-column
+// product six panels and a 40-column one five, as 384 and 320 columns are on AVX-512.
+#include "kernels/simd/gemm_driver.hpp"
+
+TEST_CASE("gemm units: a team's units split the tiles evenly", "[gemm][team]") {
+  using Driver = tapegrad::kernels::simd::gemm_detail::GemmDriver<xsimd::sse2, float>;
+  using Units = Driver::Units;
+  static_assert(Driver::NR == 8 && Driver::MR == 6);
+  // 4 units of 1, 2, 1 and 2 column panels over 64 row panels: taken in counter order, the second
+  // thread ends up with 256 tiles of 384, a third more than half; 2 x 3 units of 32 x 2 are even.
+  CHECK(Driver::busiest_share(64, 6, Units{1, 4}, 2) == Approx(4.0 / 3));
+  CHECK(Driver::busiest_share(64, 6, Units{2, 3}, 2) == 1.0);
+  CHECK(Driver::busiest_share(64, 6, Units{2, 1, true}, 2) == 1.0);
+  // The cut chosen for products of 6 and 5 column panels, 25 row panels (too few for bands of rows
+  // per thread): K 400, both operands in L2 and B packed, so that cutting the rows costs most; K
+  // 2000, a long depth past L2 (a unit per thread). Every transpose: balanced.
+  const int64_t m = 150;
+  std::vector<float> a(m * 2000), b(2000 * 48), c(m * 48);
+  for (const int64_t n : {48, 40})
+    for (const int64_t k : {400, 2000})
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          const Driver::Problem pr{m,          n,          k,          1.f,      0.f,
+                                   a.data(),   ta ? 1 : k, ta ? m : 1, b.data(), tb ? 1 : n,
+                                   tb ? k : 1, c.data(),   n};
+          const Units u = Driver::choose_units(pr, 2);
+          CAPTURE(n, k, ta, tb, u.um, u.un);
+          CHECK(Driver::busiest_share((m + 5) / 6, (n + 7) / 8, u, 2) <= Driver::kMaxImbalance);
+        }
+}
