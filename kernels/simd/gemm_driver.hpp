@@ -144,20 +144,21 @@ struct GemmDriver {
   // How a team cuts C: into um x un rectangles of whole panels (units), about two per thread,
   // handed out one at a time from a shared counter. A thread that the OS keeps off a core then
   // delays the GEMM by at most the unit it holds, where a static split would wait for its whole
-  // share (under load a static split made 1024^3 slower on 2 threads than on 1). Each unit
-  // prepares its own operands for all depths: cutting N (un units across) prepares A un times,
-  // cutting M (um units down) prepares B um times. When both operands fit in L2 together, the cut
-  // minimises that preparation: an operand that is packed or transposed costs its K x dim elements
-  // per preparation, one read in place about an eighth of that (it is only read, from cache). Ties
-  // cut N. Larger operands keep the rule that held at 1024^3 and the 2048 shapes: cut N unless A
-  // needs transposing and is the larger operand. Either way only into units that leave no thread
-  // much more than its share of the tiles (see busiest_share). (At 128^3 tn, cutting M into four re-packed B
-  // four times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.) A long-K product (K at
-  // least kLongDepth times M and N, a weight gradient dW = dy^T x over all of a batch's rows) takes one unit
-  // per thread instead: there each unit's own preparation of the operand it shares (K x 128 floats of B for
-  // 512x2048x128 tn, 1 MiB from L3) is a sixth of the unit's time, and a second unit per thread repeats it
-  // (four alternating rounds on a 2-core Zen 5, GFLOP/s at 2 threads, two units a thread -> one: 512x2048x128
-  // tn 336-367 -> 365-393, tt 321-356 -> 357-391).
+  // share (under load a static split made 1024^3 slower on 2 threads than on 1). Each unit prepares
+  // its own operands for all depths: cutting N (un units across) prepares A un times, cutting M (um
+  // units down) prepares B um times. When both operands fit in L2 together, the cut minimises that
+  // preparation: an operand that is packed or transposed costs its K x dim elements per
+  // preparation, one read in place about an eighth of that (it is only read, from cache). Ties cut
+  // N. Larger operands keep the rule that held at 1024^3 and the 2048 shapes: cut N unless A needs
+  // transposing and is the larger operand. Either way only into units that leave no thread much
+  // more than its share of the tiles (see busiest_share). (At 128^3 tn, cutting M into four
+  // re-packed B four times: 96 GFLOP/s on two threads; cutting N runs the in-place A twice: 126.) A
+  // long-K product (K at least kLongDepth times M and N, a weight gradient dW = dy^T x over all of
+  // a batch's rows) takes one unit per thread instead: there each unit's own preparation of the
+  // operand it shares (K x 128 floats of B for 512x2048x128 tn, 1 MiB from L3) is a sixth of the
+  // unit's time, and a second unit per thread repeats it (four alternating rounds on a 2-core Zen
+  // 5, GFLOP/s at 2 threads, two units a thread -> one: 512x2048x128 tn 336-367 -> 365-393, tt
+  // 321-356 -> 357-391).
   static constexpr int64_t kLongDepth = 4;
   // A tall product (M at least kTallRows times N, enough row panels for every thread, op(B) under
   // L2) is cut into one band of rows per thread instead, thread t taking band t: the row split of
@@ -218,7 +219,7 @@ struct GemmDriver {
   // -> 354-383; shapes whose cuts were already even unchanged.
   static constexpr double kMaxImbalance = 1.05;
   static double busiest_share(int64_t m_panels, int64_t n_panels, const Units& u, int nt) {
-    constexpr int kMaxThreads = 64;
+    constexpr int kMaxThreads = 64;  // beyond that many threads a cut is taken as even
     if (u.fixed || nt > kMaxThreads) return 1.0;  // bands: one even unit per thread
     int64_t load[kMaxThreads];
     std::fill(load, load + nt, int64_t(0));
