@@ -300,16 +300,21 @@ struct GemmDriver {
   static bool b_first_use(const Problem& pr) { return pr.pack_b() && !pr.b_packed && pr.b_js == 1; }
   // Transposed A packed on first use (its panels, see a_in_panels) is read in place MR elements at a
   // time, so each stored line of A is read again by the next one or two panels, and those reads hit
-  // only if the depth block's lines, one per stored row at A's stride, stay in L2 meanwhile. At a
-  // power-of-two stride s they fall into L2 / s lines' worth of its sets, so that holds while
-  // kb x s fits in L2; past it, a chunk packed beforehand (pack_panels, whole lines at a time) is
-  // quicker. bench_gemm at 1 thread on Zen 5, the rule against first use always (paired runs: both
-  // builds at once, one on each core, then swapped; two rounds): 2048x512x128 tn and tt (s 8 KiB)
-  // 1.09x, 2048x1024x256 1.06x, 1024^3 1.00x. Where first use stays, packing beforehand would lose
-  // (median GFLOP/s, alternating): 256^3 tn 172-175 against 181-185, 384x2048x128 tn 162-165
-  // against 177-179, 512x2048x128 tn (kb x s = 1 MiB) 155-160 against 158-163.
+  // only if the depth block's kb lines, one per stored row, stay in L2 meanwhile. How many sets of
+  // L2 they fall into depends on the largest power of two p dividing A's stride in bytes: L2 / p
+  // lines' worth, so they stay while kb x p fits in L2 (at a power-of-two stride, while the block's
+  // whole span does; 576 or 768 floats apart, p is 256 or 1024 bytes and they always stay). Past it,
+  // a chunk packed beforehand (pack_panels, whole lines at a time) is quicker. bench_gemm at 1
+  // thread on Zen 5, paired runs (both builds at once, one on each core, then swapped; two rounds),
+  // this rule against first use always: 2048x512x128 tn and tt (8 KiB apart) 1.09x, 2048x1024x256
+  // 1.06x, 1024^3 1.00x. Where first use stays, packing beforehand would lose (median GFLOP/s,
+  // alternating): 256^3 tn 172-175 against 181-185, 384x2048x128 tn 162-165 against 177-179,
+  // 512x2048x128 tn (kb x p = 1 MiB) 155-160 against 158-163; and the Spanish-English model's
+  // weight gradients 576x4000x192 and 768x4000x192 tn (a span of kb x stride past L2, but p of 256
+  // and 1024 bytes) 0.88x and 0.92x when the span decided.
   static bool a_first_use_fits(const Problem& pr, int64_t kb) {
-    return kb * pr.a_cs * int64_t(sizeof(T)) <= cache_info().l2;
+    const int64_t stride = pr.a_cs * int64_t(sizeof(T));
+    return kb * (stride & -stride) <= cache_info().l2;  // stride & -stride: its largest power of two
   }
 
   // One tile that packs on first use: pack_a (only for column-major A, AK) stores the MR x kb panel
