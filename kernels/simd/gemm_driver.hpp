@@ -172,6 +172,16 @@ struct GemmDriver {
     int64_t um, un;
     bool fixed = false;  // unit t is thread t's (else units go to whoever asks next)
     int64_t count() const { return um * un; }
+    // Unit k's row panels [m_lo, m_hi) and column panels [n_lo, n_hi): even splits of each.
+    struct Panels {
+      int64_t m_lo, m_hi, n_lo, n_hi;
+      int64_t tiles() const { return (m_hi - m_lo) * (n_hi - n_lo); }
+    };
+    Panels panels(int64_t k, int64_t m_panels, int64_t n_panels) const {
+      const int64_t iu = k / un, ju = k % un;
+      return {split_begin(m_panels, int(um), int(iu)), split_begin(m_panels, int(um), int(iu + 1)),
+              split_begin(n_panels, int(un), int(ju)), split_begin(n_panels, int(un), int(ju + 1))};
+    }
   };
   static Units choose_units(const Problem& pr, int nt) {
     if (nt <= 1) return {1, 1};
@@ -223,13 +233,8 @@ struct GemmDriver {
     if (u.fixed || nt > kMaxThreads) return 1.0;  // bands: one even unit per thread
     int64_t load[kMaxThreads];
     std::fill(load, load + nt, int64_t(0));
-    for (int64_t k = 0; k < u.count(); ++k) {
-      const int64_t iu = k / u.un, ju = k % u.un;
-      const int64_t tiles =
-          (split_begin(m_panels, int(u.um), int(iu + 1)) - split_begin(m_panels, int(u.um), int(iu))) *
-          (split_begin(n_panels, int(u.un), int(ju + 1)) - split_begin(n_panels, int(u.un), int(ju)));
-      *std::min_element(load, load + nt) += tiles;
-    }
+    for (int64_t k = 0; k < u.count(); ++k)
+      *std::min_element(load, load + nt) += u.panels(k, m_panels, n_panels).tiles();
     return double(*std::max_element(load, load + nt)) * nt / double(m_panels * n_panels);
   }
 
@@ -243,11 +248,8 @@ struct GemmDriver {
     auto take = [&] { return next ? next->fetch_add(1, std::memory_order_relaxed) : 0; };
     for (int64_t u = units.fixed ? tid : take(); u < units.count();
          u = units.fixed || !next ? units.count() : take()) {
-      const int64_t iu = u / units.un, ju = u % units.un;
-      const int64_t mp_lo = split_begin(m_panels, int(units.um), int(iu));
-      const int64_t mp_hi = split_begin(m_panels, int(units.um), int(iu + 1));
-      const int64_t n_lo = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju)) * NR);
-      const int64_t n_hi = std::min(pr.N, split_begin(n_panels, int(units.un), int(ju + 1)) * NR);
+      const auto [mp_lo, mp_hi, np_lo, np_hi] = units.panels(u, m_panels, n_panels);
+      const int64_t n_lo = std::min(pr.N, np_lo * NR), n_hi = std::min(pr.N, np_hi * NR);
       const bool ak = pr.a_cs != 1 && (!pr.pack_a() || a_in_panels(pr));
       tiles += ak ? run_unit<true>(pr, mp_lo, mp_hi, n_lo, n_hi) : run_unit<false>(pr, mp_lo, mp_hi, n_lo, n_hi);
     }
