@@ -123,14 +123,30 @@ struct GemmDriver {
       return te.bias || te.act != GemmAct::none ? &te : nullptr;
     }
     // Transposed A is packed (see a_in_panels), unless it is small enough to be read in place
-    // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS).
-    bool a_in_place() const { return a_cs == 1 || M * K * int64_t(sizeof(T)) <= max_unpacked_a<Tile>(); }
+    // column by column (the copy would cost more than it saves: 64^3 tn ran at 0.74x OpenBLAS), or C
+    // is at most kMaxInPlaceAPanels B panels wide on a four-vector tile: a row panel packed on first
+    // use would serve one more tile at most, and a second in-place read of the lines the first tile
+    // just fetched is cheaper than the packing tile's scalar stores (weight gradients dW = dy^T x of
+    // 128 outputs: see kMaxInPlaceAPanels).
+    bool a_in_place() const {
+      return a_cs == 1 || M * K * int64_t(sizeof(T)) <= max_unpacked_a<Tile>() ||
+             (NV >= 4 && N <= kMaxInPlaceAPanels * NR && lines_stay_in_l2(a_cs, depth_block(K)));
+    }
     bool pack_a() const { return !a_in_place(); }
     // Row-major B small enough to stay in L2 is read in place: packing it would cost more than the
     // aligned, contiguous panels save (64^3: about a tenth of the run time). Prepacked B counts as
     // packed (its panels are read, never B itself).
     bool pack_b() const { return b_packed || b_js != 1 || K * N * int64_t(sizeof(T)) > kMaxUnpackedB; }
   };
+
+  // Up to this many B panels of C, transposed A of any size is read in place (Problem::a_in_place).
+  // bench_gemm-like loop at 1 thread on Zen 5, paired runs (both builds at once, one on each core,
+  // then swapped; two rounds), in place against packed on first use: 512x1024x128 tn 1.036x (the
+  // halves of 512x2048x128, which is split by depth), 768x512x128 tn 1.036x, 512x1024x128 tt 1.020x,
+  // 2048x128x128 tn 1.045x, 384x1024x128 tn 1.007x. Only while A's lines stay in L2 for the second
+  // tile (lines_stay_in_l2): 2048x512x128 tn (depth 512, lines 8 KiB apart) lost 0.954x in place. At
+  // four panels it lost too: 2048x128x256 tn 0.90x (each line fetched again for each of four tiles).
+  static constexpr int64_t kMaxInPlaceAPanels = 2;
 
   // Depth of the blocks for one problem: ceil(K / kc) blocks of equal depth rather than kc, kc, ...,
   // remainder.
@@ -314,8 +330,10 @@ struct GemmDriver {
   // 512x2048x128 tn (kb x p = 1 MiB) 155-160 against 158-163; and the Spanish-English model's
   // weight gradients 576x4000x192 and 768x4000x192 tn (a span of kb x stride past L2, but p of 256
   // and 1024 bytes) 0.88x and 0.92x when the span decided.
-  static bool a_first_use_fits(const Problem& pr, int64_t kb) {
-    const int64_t stride = pr.a_cs * int64_t(sizeof(T));
+  static bool a_first_use_fits(const Problem& pr, int64_t kb) { return lines_stay_in_l2(pr.a_cs, kb); }
+  // Whether kb lines of transposed A, a_cs elements apart, stay in L2 together (see a_first_use_fits).
+  static bool lines_stay_in_l2(int64_t a_cs, int64_t kb) {
+    const int64_t stride = a_cs * int64_t(sizeof(T));
     return kb * (stride & -stride) <= cache_info().l2;  // stride & -stride: its largest power of two
   }
 

@@ -229,15 +229,17 @@ TEMPLATE_TEST_CASE("gemm: non-square shapes and leading dimensions", "[kernels][
   // 120 x 70 x 130: transposed A read in place on AVX-512 only (between the two limits); 130 x 140 x
   // 2100: a long-depth product past L2, one unit per thread (choose_units); 2047 x 130 x 300:
   // transposed A 8 KiB apart (lda 2048), whose depth block's lines do not stay in L2, packed a
-  // chunk at a time rather than on first use (a_first_use_fits).
+  // chunk at a time rather than on first use (a_first_use_fits); 515 x 128 x 300 and 1024 x 100 x
+  // 200: transposed A past the small-operand limit read in place on AVX-512 because C is at most two
+  // B panels wide (kMaxInPlaceAPanels).
   auto [M, N, K, pad] = GENERATE(table<int64_t, int64_t, int64_t, int64_t>({
-      {1, 1, 1, 3},      {1, 257, 33, 0},     {257, 1, 33, 1},     {33, 17, 1, 0},    {13, 31, 2, 5},
-      {14, 32, 7, 0},    {15, 33, 9, 2},      {28, 64, 16, 0},     {6, 16, 5, 1},     {5, 15, 129, 7},
-      {127, 65, 3, 0},   {3, 129, 127, 1},    {65, 127, 17, 4},    {100, 300, 40, 0}, {300, 40, 100, 3},
-      {40, 50, 1000, 1}, {20, 1000, 300, 0},  {5000, 17, 20, 2},   {257, 129, 65, 0}, {129, 257, 513, 9},
-      {8, 32, 32, 0},    {36, 32, 32, 1},     {49, 64, 600, 0},    {97, 96, 520, 3},  {48, 65, 130, 0},
-      {1, 256, 32, 0},   {1, 37, 1000, 2},    {1, 1000, 37, 1},    {1, 5, 7, 0},      {200, 1100, 600, 2},
-      {120, 70, 130, 1}, {130, 140, 2100, 0}, {2047, 130, 300, 0},
+      {1, 1, 1, 3},      {1, 257, 33, 0},     {257, 1, 33, 1},     {33, 17, 1, 0},     {13, 31, 2, 5},
+      {14, 32, 7, 0},    {15, 33, 9, 2},      {28, 64, 16, 0},     {6, 16, 5, 1},      {5, 15, 129, 7},
+      {127, 65, 3, 0},   {3, 129, 127, 1},    {65, 127, 17, 4},    {100, 300, 40, 0},  {300, 40, 100, 3},
+      {40, 50, 1000, 1}, {20, 1000, 300, 0},  {5000, 17, 20, 2},   {257, 129, 65, 0},  {129, 257, 513, 9},
+      {8, 32, 32, 0},    {36, 32, 32, 1},     {49, 64, 600, 0},    {97, 96, 520, 3},   {48, 65, 130, 0},
+      {1, 256, 32, 0},   {1, 37, 1000, 2},    {1, 1000, 37, 1},    {1, 5, 7, 0},       {200, 1100, 600, 2},
+      {120, 70, 130, 1}, {130, 140, 2100, 0}, {2047, 130, 300, 0}, {515, 128, 300, 1}, {1024, 100, 200, 0},
   }));
   const bool ta = GENERATE(false, true), tb = GENERATE(false, true);
   check_everywhere<TestType>({ta, tb, M, N, K, pad, 1.0, 0.0});
