@@ -5,8 +5,9 @@
 //   - a: `rows` (1..MR) rows of op(A). With AK = false row-major with row stride lda: a[i*lda + k] =
 //     op(A)(i0 + i, k0 + k); this is A itself when A is not transposed (no packing), or the team's
 //     transposed copy when it is. With AK = true column-major, a[k*lda + i]: transposed A read in
-//     place, for problems small enough that its rows (one cache line per k) stay in cache, or its
-//     packed panels (lda = MR, see pack_a_panels).
+//     place, for problems whose rows (one cache line per k) stay in cache: small ones, or ones at
+//     most two B panels wide (Problem::a_in_place, gemm_driver.hpp); or its packed panels (lda =
+//     MR, see pack_a_panels).
 //     Only rows i < rows are read: a short tile computes copies of its last row in the spare
 //     registers and never stores them.
 //   - b: B micro-panel, k-major with row stride ldb: b[k*ldb + j] = op(B)(k0 + k, j0 + j). Either

@@ -558,3 +558,29 @@ TEST_CASE("gemm units: a team's units split the tiles evenly", "[gemm][team]") {
           CHECK(Driver::busiest_share((m + 5) / 6, (n + 7) / 8, u, 2) <= Driver::kMaxImbalance);
         }
 }
+
+TEST_CASE("gemm units: transposed A packed in L2 is cut into a band of rows per thread", "[gemm][team]") {
+  // 96 x 200 x 96, both operands packed (A transposed past SSE2's in-place limit, B past 64 KiB),
+  // together in L2. Each unit packs its own A rows for all its columns and its own B columns for all
+  // its rows, so two bands of rows (A packed once, B twice) beat four units of 2 x 2 (each operand
+  // twice), the cheapest cut of about two units per thread. Untransposed A is read in place: the cut
+  // stays across N.
+  using Driver = tapegrad::kernels::simd::gemm_detail::GemmDriver<xsimd::sse2, float>;
+  const int64_t m = 96, n = 96, k = 200;
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (const bool ta : {false, true}) {
+    const Driver::Problem pr{m,          n,        k, 1.f, 0.f,      a.data(), ta ? 1 : k,
+                             ta ? m : 1, b.data(), n, 1,   c.data(), n};
+    REQUIRE(pr.pack_a() == ta);
+    REQUIRE(pr.pack_b());
+    const Driver::Units u = Driver::choose_units(pr, 2);
+    CAPTURE(ta, u.um, u.un);
+    if (ta) {
+      CHECK(u.um == 2);
+      CHECK(u.un == 1);
+    } else {
+      CHECK(u.un > 1);
+    }
+    CHECK(Driver::busiest_share(m / 6, n / 8, u, 2) <= Driver::kMaxImbalance);
+  }
+}
