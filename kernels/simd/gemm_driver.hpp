@@ -228,16 +228,15 @@ struct GemmDriver {
     // (the GPT recipe's QKV weight shape) tn 1.13x, tt 1.10x; 768x128x512 1.03-1.05x; 257^3 0.98x.
     Units best{1, 1};
     double best_cost = -1, best_share = -1;
-    const int64_t last = std::min(m_panels, target) + (pr.pack_a() ? 1 : 0);
-    for (int64_t um = 1; um <= last; ++um) {
-      const Units u =
-          um <= std::min(m_panels, target) ? cut_n(um) : Units{std::min<int64_t>(m_panels, nt), 1};
-      if (u.count() < least) continue;
+    auto consider = [&](const Units& u) {
+      if (u.count() < least) return;
       const double cost = double(u.um) * b_cost + double(u.un) * a_cost;
       const double share = std::max(busiest_share(m_panels, n_panels, u, nt), kMaxImbalance);
       if (best_cost < 0 || share < best_share || (share == best_share && cost < best_cost))
         best = u, best_cost = cost, best_share = share;
-    }
+    };
+    for (int64_t um = 1; um <= std::min(m_panels, target); ++um) consider(cut_n(um));
+    if (pr.pack_a()) consider(Units{std::min<int64_t>(m_panels, nt), 1});
     return best;
   }
 
