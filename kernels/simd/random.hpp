@@ -46,20 +46,25 @@ class KeepStream {
   static constexpr int64_t kHalf = int64_t(U::size);  // counters per integer batch: B::size / 2
   static_assert(2 * U::size == B::size);
 
-  KeepStream(uint64_t seed, uint64_t counter, double p)
-      : threshold_(uint64_t(counter_rng::keep_threshold(p) - 1)) {
+  KeepStream(uint64_t seed, uint64_t counter, double p) : KeepStream(seed, counter, p, 1, B::size) {}
+
+  // Lanes `lane_stride` counters apart (lane c: counter + c * lane_stride), the stream moving
+  // `advance` counters a batch: a column of a row-major matrix of lane_stride columns, one row a
+  // batch, with advance 1 (sdpa.hpp's keys-major weights).
+  KeepStream(uint64_t seed, uint64_t counter, double p, int64_t lane_stride, int64_t advance)
+      : threshold_(uint64_t(counter_rng::keep_threshold(p) - 1)),
+        step_(uint64_t(advance) * counter_rng::kGolden) {
     alignas(64) uint64_t z[U::size];
-    for (int64_t c = 0; c < kHalf; ++c) z[c] = counter_rng::weyl(seed, counter + uint64_t(c));
+    for (int64_t c = 0; c < kHalf; ++c) z[c] = counter_rng::weyl(seed, counter + uint64_t(c * lane_stride));
     lo_ = U::load_aligned(z);
-    hi_ = lo_ + U(uint64_t(kHalf) * counter_rng::kGolden);
+    hi_ = lo_ + U(uint64_t(kHalf * lane_stride) * counter_rng::kGolden);
   }
 
   // The keep mask of the next B::size counters; the stream then moves past them.
   TG_INLINE xsimd::batch_bool<float, Arch> next() {
     const U lo = below_threshold(lo_), hi = below_threshold(hi_);
-    const U step(uint64_t(B::size) * counter_rng::kGolden);
-    lo_ += step;
-    hi_ += step;
+    lo_ += U(step_);
+    hi_ += U(step_);
     // Lane c is kept iff its 64-bit lane's sign bit is set; gather those bits in counter order.
     if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
       const __mmask16 keep = _mm512_kunpackb(_mm512_movepi64_mask(hi), _mm512_movepi64_mask(lo));
@@ -85,6 +90,7 @@ class KeepStream {
   }
 
   uint64_t threshold_;
+  uint64_t step_;  // advance * kGolden
   U lo_, hi_;  // the Weyl values of the next B::size counters: first half, second half
 };
 

@@ -1,6 +1,7 @@
 // The fused scaled-dot-product attention kernels (sdpa_forward, sdpa_backward) on every instruction
 // set this machine has, at 1 and 2 threads, against the scalar reference run in double on the same
-// float inputs: awkward sizes Tq, Tk in {1, 3, 17, 33, 257} and head sizes {1, 8, 32, 64}, strided
+// float inputs: awkward sizes Tq, Tk in {1, 3, 17, 33, 257}, and 32 (whole vectors of queries on
+// every ISA: the keys-major forward of short heads), head sizes {1, 8, 32, 64}, strided
 // operands (heads interleaved with padding, as views of a projection), with no mask, a key-padding
 // mask broadcast over heads and queries (one batch entry masked entirely with -inf), a full
 // [Tq, Tk] mask, causal attention (Tq > Tk leaves rows with no key) and dropout on the weights.
@@ -168,7 +169,7 @@ void check_equal(const std::vector<float>& a, const std::vector<float>& b, const
 
 TEST_CASE("sdpa_forward and sdpa_backward match the reference on every ISA, bitwise across threads",
           "[kernels][attention]") {
-  const std::vector<int64_t> lengths = {1, 3, 17, 33, 257};
+  const std::vector<int64_t> lengths = {1, 3, 17, 32, 33, 257};
   const std::vector<int64_t> heads = {1, 8, 32, 64};
   const std::vector<Masking> maskings = {Masking::none,   Masking::key_padding,    Masking::full,
                                          Masking::causal, Masking::causal_padding, Masking::dropout};
