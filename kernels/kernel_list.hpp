@@ -149,14 +149,12 @@ TG_KERNEL(void, additive_score_backward,
 // Scaled-dot-product attention, fused (AttentionLayout in kernels/types.hpp gives the layouts and
 // options). Per (b, h) and query row i, with s_ij = scale * q_i . k_j + mask_ij (-inf where causal):
 //   w_ij = exp(s_ij - lse_i),  lse_i = log sum_j exp(s_ij),  o_i = sum_j drop_ij(w_ij) v_j
-// The T x T weights are never stored: forward keeps lse [B, H, Tq] (contiguous) for backward, and
-// with one block of keys its weights when AttentionLayout::weights asks (at most 128 per query). A row
+// The T x T weights are never stored: forward keeps lse [B, H, Tq] (contiguous) for backward. A row
 // with every key at -inf (causal with Tq > Tk) gets o_i = 0 and lse_i = +inf, as softmax defines
 // such a row as zeros.
 TG_KERNEL(void, sdpa_forward, (const AttentionLayout& l, const T* q, const T* k, const T* v, T* o, T* lse),
           (l, q, k, v, o, lse))
-// Its backward for dout (o's layout), reading w where forward kept it, else recomputing it from
-// lse, with D_i = dout_i . o_i:
+// Its backward for dout (o's layout), recomputing w from lse, with D_i = dout_i . o_i:
 //   dv_j += sum_i drop(w_ij) dout_i;  ds_ij = w_ij (drop'(dout_i . v_j) - D_i);
 //   dq_i += scale sum_j ds_ij k_j;  dk_j += scale sum_i ds_ij q_i
 // dq, dk, dv are each written or added to as its GradOutput says, or skipped when null. Each (b, h)

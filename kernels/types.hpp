@@ -129,21 +129,6 @@ struct AttentionLayout {
   // kernel draws for the contiguous [B, H, Tq, Tk] weights. 0 = none.
   double dropout = 0.0;
   uint64_t dropout_seed = 0;
-  // The weights w_ij = exp(s_ij - lse_i) (before dropout) kept by forward for backward, or null
-  // (backward recomputes them from lse, as flash attention does). Only where the keys are one block
-  // (Tk <= kSdpaMaxKeptKeys: at most that many floats per query, so memory stays linear in T):
-  // forward writes row (b, h, i) at ((b * H + h) * Tq + i) * weights_ld, Tk values (zeros where a
-  // query does not see a key), and backward reads them instead of computing S = scale q k^T and its
-  // exponentials again. weights_ld >= sdpa_weights_ld(Tk).
-  void* weights = nullptr;
-  int64_t weights_ld = 0;
 };
-
-// The most keys for which attention keeps its weights (AttentionLayout::weights), and the row stride
-// of the kept weights: Tk rounded up to 16 floats (a whole vector on every ISA).
-inline constexpr int64_t kSdpaMaxKeptKeys = 128;
-inline int64_t sdpa_weights_ld(int64_t Tk) {
-  return (Tk + 15) / 16 * 16;
-}
 
 }  // namespace tapegrad::kernels

@@ -473,9 +473,6 @@ void sdpa_forward(const AttentionLayout& l, const T* q, const T* k, const T* v, 
         T& row_lse = lse[(b * l.H + h) * l.Tq + i];
         for (int64_t d = 0; d < l.dv; ++d) oi[d] = 0;
         const T mx = attention_scores(l, q, k, b, h, i, s.data());
-        T* kept =
-            l.weights ? static_cast<T*>(l.weights) + ((b * l.H + h) * l.Tq + i) * l.weights_ld : nullptr;
-        if (kept) std::fill_n(kept, l.Tk, T(0));
         if (mx == -std::numeric_limits<T>::infinity()) {  // no key to attend to: zeros, as softmax
           row_lse = std::numeric_limits<T>::infinity();
           continue;
@@ -484,7 +481,6 @@ void sdpa_forward(const AttentionLayout& l, const T* q, const T* k, const T* v, 
         for (int64_t j = 0; j < l.Tk; ++j) sum += std::exp(s[j] - mx);
         row_lse = mx + std::log(sum);
         for (int64_t j = 0; j < l.Tk; ++j) {
-          if (kept) kept[j] = std::exp(s[j] - row_lse);
           const T w = std::exp(s[j] - row_lse) * attention_keep<T>(l, b, h, i, j);
           const T* vj = v + attention_row(l.v, b, h, j);
           for (int64_t d = 0; d < l.dv; ++d) oi[d] += w * vj[d];
@@ -501,7 +497,6 @@ void attention_grad_start(const AttentionLayout& l, GradOutput<T> g, const Atten
       for (int64_t t = 0; t < T_; ++t) std::fill_n(g.data + attention_row(s, b, h, t), d, T(0));
 }
 
-// (The kept weights, AttentionLayout::weights, are not read: the reference computes them again.)
 template <class T>
 void sdpa_backward(const AttentionLayout& l, const T* q, const T* k, const T* v, const T* o, const T* lse,
                    const T* dout, GradOutput<T> dq_out, GradOutput<T> dk_out, GradOutput<T> dv_out) {

@@ -1,6 +1,6 @@
 // SIMD scaled-dot-product attention, forward and backward (float32), fused so that the T x T
-// weights are never stored past one block of keys. Contracts and the scalar oracle:
-// kernels/kernel_list.hpp, kernels/ref/ref.hpp.
+// weights are never stored. Contracts and the scalar oracle: kernels/kernel_list.hpp,
+// kernels/ref/ref.hpp.
 //
 // Unfused, attention is a batched GEMM for the scores, a softmax, a second batched GEMM and, for
 // backward, the stored [B, H, Tq, Tk] weights: memory that grows with T^2, and at our model sizes
@@ -20,16 +20,7 @@
 // four in place: direct_heads). Scratch is O(T d) per head plus O(kQueryBlock x kKeyBlock), per
 // thread and kept for the next call (ThreadBuffers), never O(T^2). A key block of kKeyBlock keeps a
 // query block's scores in L1/L2; at T <= kKeyBlock a row is one block: the online rescale never
-// runs, and P, divided by l first, is multiplied by V straight into o. There forward may also keep
-// the weights for backward (AttentionLayout::weights: at most kKeyBlock floats a query, so memory
-// stays linear in T), and backward then reads them instead of computing S and its exponentials
-// again: 6 products to the recomputing path's 7 and no K^T to pack. Paired runs of the kernels alone
-// (both at once, one on each Zen 5 core, then swapped; two rounds), forward + backward, kept against
-// recomputed: 1.14x at 64 x 4 heads of 32, T 32 (the backward 1.26x, the forward 0.95x for writing
-// the weights), 1.13x causal at T 33, 1.13x at 12 x 4 heads of 32, T 64, causal, 1.14x at 8 heads of
-// 64, T 64 and T 128 (then 1.00-1.03x more with P / l written straight into the kept rows, which
-// P V reads where there is no dropout). Short heads whose queries fill whole vectors run the
-// forward keys-major (see sdpa_forward_keys_major).
+// runs, and P, divided by l first, is multiplied by V straight into o.
 // Each row's (forward) and each head's (backward) arithmetic is the same whatever thread runs it,
 // so no result depends on the thread count. Dropout on the weights recomputes the dropout kernel's
 // counter-based mask in vector lanes (random.hpp), forward and backward.
@@ -76,7 +67,7 @@ namespace tapegrad::kernels::simd {
 namespace {
 
 inline constexpr int64_t kQueryBlock = 64;
-inline constexpr int64_t kKeyBlock = kSdpaMaxKeptKeys;  // (one block of keys: weights may be kept)
+inline constexpr int64_t kKeyBlock = 128;
 
 // The register tiles. Short products (m < 64 rows: our models' T = 32 blocks) take 4 x 2 vectors
 // (8 accumulators, just enough for two FMA pipes at 4 cycles), which divide a 32-row block, where
@@ -521,7 +512,6 @@ void sdpa_forward_keys_major(const AttentionLayout& l, const float* q, const flo
   constexpr int64_t W = B::size;
   const int64_t heads = l.B * l.H, ld = key_block_ld<Arch>(l.Tq);
   const float scale = float(l.scale);
-  float* kept = static_cast<float*>(l.weights);  // (one key block: see keys_major)
   const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv), heads);
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     const ThreadBuffers<3> buf({l.dk * ld, l.Tk * ld, mask_varies_by_query(l) ? l.Tk * ld : 0});
@@ -575,7 +565,7 @@ void sdpa_forward_keys_major(const AttentionLayout& l, const float* q, const flo
         const auto none = sum == B(0.0f);
         xsimd::select(none, B(kInf), m + xsimd::log(sum)).store_unaligned(lse + bh * l.Tq + c);
         const B inv = xsimd::select(none, B(0.0f), B(1.0f) / sum);
-        if (l.dropout > 0 && !kept) {
+        if (l.dropout > 0) {
           KeepStream<Arch> keep = column_keeps<Arch>(l, bh, c);
           const B kept = inv * B(float(1.0 / (1.0 - l.dropout)));
           for (int64_t jj = 0; jj < l.Tk; ++jj) {
@@ -588,18 +578,6 @@ void sdpa_forward_keys_major(const AttentionLayout& l, const float* q, const flo
             (B::load_unaligned(sj) * inv).store_unaligned(sj);
           }
         }
-      }
-      if (kept) {  // the weights kept, transposed back to rows of queries, then dropped out
-        pack_transposed<Arch>(l.Tk, l.Tq, s, ld, l.weights_ld, kept + bh * l.Tq * l.weights_ld);
-        if (l.dropout > 0)
-          for (int64_t c = 0; c < l.Tq; c += W) {
-            KeepStream<Arch> keep = column_keeps<Arch>(l, bh, c);
-            const B factor(float(1.0 / (1.0 - l.dropout)));
-            for (int64_t j = 0; j < l.Tk; ++j) {
-              float* sj = s + j * ld + c;
-              xsimd::select(keep.next(), B::load_unaligned(sj) * factor, B(0.0f)).store_unaligned(sj);
-            }
-          }
       }
       // o = P V: P^T read as A^T; causal, each tile of queries sums only the keys it sees
       const BlockSpans<Arch> spans{l, 0, 0, l.Tk};
@@ -625,8 +603,6 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
   // whole vectors is read in place (see direct_heads).
   const bool one_block = l.Tk <= kKeyBlock;
   const bool v_in_place = direct_heads<Arch>(l);
-  // The weights kept for backward (AttentionLayout::weights): P / l before dropout, row by row.
-  float* kept = one_block ? static_cast<float*>(l.weights) : nullptr;
   const int nt = team_for(heads * l.Tq * std::max<int64_t>(l.Tk, 1) * (l.dk + l.dv), heads * qblocks);
   parallel_ranges(heads * qblocks, nt, [&](int64_t item0, int64_t item1) {
     // (V read in place needs no copy, and one key block no accumulator: P V goes straight to o)
@@ -697,37 +673,19 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
           if (j0 > 0 && rescale != 1.0f) scale_row<Arch>(dvp, acc + r * dvp, rescale, acc + r * dvp);
           lrow[r] = lrow[r] * rescale + sum;
           mrow[r] = m_new;
-          if (l.dropout > 0 && !kept) apply_dropout<Arch>(l, b, h, i, j0, active, sr);
+          if (l.dropout > 0) apply_dropout<Arch>(l, b, h, i, j0, active, sr);
         }
         if (one_block) {  // P / l, the rows' reciprocals as vectors (a divide per row sat on its chain)
           reciprocals<Arch>(rows, lrow, inv);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t active = lrow[r] != 0.0f ? active_keys(l, i0 + r, j0, n) : 0;
-            float* sr = s + r * kbp;
-            if (!kept) {
-              if (active > 0) scale_row<Arch>(active, sr, inv[r], sr);
-              continue;
-            }
-            // Kept: P / l straight into the kept row, zeros past the keys the row sees; with dropout
-            // copied back to be dropped out for P V (without, P V reads the kept rows).
-            float* wr = kept + (bh * l.Tq + i0 + r) * l.weights_ld;
-            scale_row<Arch>(active, sr, inv[r], wr);
-            std::fill(wr + active, wr + l.Tk, 0.0f);
-            if (l.dropout > 0) {
-              put_row<Arch>(n, wr, sr, true);
-              apply_dropout<Arch>(l, b, h, i0 + r, j0, active, sr);
-            }
-          }
+          for (int64_t r = 0; r < rows; ++r)
+            if (lrow[r] != 0.0f)
+              scale_row<Arch>(active_keys(l, i0 + r, j0, n), s + r * kbp, inv[r], s + r * kbp);
         }
         // O += P V (one block: O = P V, P already divided by the row sums)
         const float* vb = vh + j0 * l.v.t;
         int64_t ldv = l.v.t;
         if (!v_in_place) vb = vpb, ldv = dvp;
-        if (one_block && kept && l.dropout == 0)
-          tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, kept + (bh * l.Tq + i0) * l.weights_ld, l.weights_ld,
-                                 vb, ldv, 0.0f, o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t,
-                                 spans.over_keys());
-        else if (one_block)
+        if (one_block)
           tile_gemm<Arch, false>(rows, l.dv, n, 1.0f, s, kbp, vb, ldv, 0.0f,
                                  o + head_at(l.o, b, h) + i0 * l.o.t, l.o.t, spans.over_keys());
         else
@@ -736,9 +694,6 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
       }
       // lse = m + log l, or +inf for a row that saw no key (its o zeros, as softmax defines such a row)
       row_lse<Arch>(rows, jend == 0, mrow, lrow, lse + bh * l.Tq + i0);
-      if (kept && jend == 0)  // no row of the block sees a key
-        for (int64_t r = 0; r < rows; ++r)
-          put_row<Arch>(l.Tk, nullptr, kept + (bh * l.Tq + i0 + r) * l.weights_ld, true);
       if (!one_block) reciprocals<Arch>(rows, lrow, inv);
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = o + head_at(l.o, b, h) + (i0 + r) * l.o.t;
@@ -822,61 +777,6 @@ void weights_and_score_grads(const AttentionLayout& l, int64_t b, int64_t h, int
   }
 }
 
-// As weights_and_score_grads, with the weights w that forward kept (row r at w + r * ldw; zeros past
-// the keys a row sees) instead of recomputing them: ds holds dP and becomes dS = w (drop'(dP) - D);
-// with dropout, p gets the dropped-out weights f w (without, the products read w where it lies).
-template <class Arch>
-void score_grads_from_weights(const AttentionLayout& l, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                              int64_t n, int64_t kbp, const float* w, int64_t ldw, const float* lse,
-                              const float* D, float* p, float* ds) {
-  using B = Batch<Arch>;
-  constexpr int64_t W = B::size;
-  const bool dropout = l.dropout > 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = i0 + r, active = active_keys(l, i, 0, n);
-    const float* wr = w + r * ldw;
-    float *pr = p + r * kbp, *dr = ds + r * kbp;
-    if (lse[i] == kInf || active == 0) {  // a row of zeros, or keys it does not see: no gradient
-      std::fill(dr, dr + n, 0.0f);
-      if (dropout) std::fill(pr, pr + n, 0.0f);
-      continue;
-    }
-    const B dd(D[i]);
-    int64_t c = 0;
-    if (!dropout) {
-      for (; c + W <= active; c += W)
-        (B::load_unaligned(wr + c) * (B::load_unaligned(dr + c) - dd)).store_unaligned(dr + c);
-      if (c < active)
-        store_tail<Arch>(
-            dr + c, active - c,
-            load_tail<Arch>(wr + c, active - c, 0.0f) * (load_tail<Arch>(dr + c, active - c, 0.0f) - dd));
-    } else {  // dS = w (f dP - D) with the weight's dropout factor f, and P = f w
-      KeepStream<Arch> keep = weight_keeps<Arch>(l, b, h, i, 0);
-      const B kept(float(1.0 / (1.0 - l.dropout)));
-      auto drop = [&](const B& wv, const B& dp, B& pw, B& g) {
-        const B f = xsimd::select(keep.next(), kept, B(0.0f));
-        g = wv * (f * dp - dd);
-        pw = wv * f;
-      };
-      for (; c + W <= active; c += W) {
-        B pw, g;
-        drop(B::load_unaligned(wr + c), B::load_unaligned(dr + c), pw, g);
-        pw.store_unaligned(pr + c);
-        g.store_unaligned(dr + c);
-      }
-      if (c < active) {
-        const int64_t m = active - c;
-        B pw, g;
-        drop(load_tail<Arch>(wr + c, m, 0.0f), load_tail<Arch>(dr + c, m, 0.0f), pw, g);
-        store_tail<Arch>(pr + c, m, pw);
-        store_tail<Arch>(dr + c, m, g);
-      }
-      if (active < n) std::fill(pr + active, pr + n, 0.0f);
-    }
-    if (active < n) std::fill(dr + active, dr + n, 0.0f);
-  }
-}
-
 template <class Arch>
 void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k, const float* v,
                        const float* o, const float* lse, const float* dout, GradOutput<float> dq_out,
@@ -900,8 +800,6 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
   // key block (else in an accumulator over the key blocks). Short heads read Q, K, dO in place.
   const bool dq_direct = l.Tk <= kb;
   const bool in_place = direct_heads<Arch>(l);
-  // The weights forward kept (one key block), read instead of S and its exponentials.
-  const float* kept = dq_direct ? static_cast<const float*>(l.weights) : nullptr;
   const int nt = team_for(heads * l.Tq * l.Tk * (l.dk + l.dv) * 2, heads);
   parallel_ranges(heads, nt, [&](int64_t bh0, int64_t bh1) {
     // Per head: Q, K, dO packed row-major (unless short), dQ's accumulator (several key blocks), D.
@@ -945,7 +843,7 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float dq_beta = dq_out.overwrite ? 0.0f : 1.0f;
       for (int64_t j0 = 0; j0 < l.Tk; j0 += kb) {
         const int64_t n = std::min(kb, l.Tk - j0);
-        if (!kept) pack_transposed<Arch>(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt);
+        pack_transposed<Arch>(n, l.dk, kh + j0 * l.k.t, l.k.t, kbp, kt);
         pack_transposed<Arch>(n, l.dv, vh + j0 * l.v.t, l.v.t, kbp, vt);
         float* dkb = dk ? dk + head_at(l.dk_, b, h) + j0 * l.dk_.t : nullptr;
         float* dvb = dv ? dv + head_at(l.dv_, b, h) + j0 * l.dv_.t : nullptr;
@@ -957,29 +855,19 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
               for (int64_t i = i0; i < i0 + rows; ++i) put_row<Arch>(l.dk, nullptr, dqh + i * l.dq.t, true);
             continue;
           }
-          // S = scale * Q K^T -> p (unless kept), dP = dO V^T -> ds (an empty dk or dv leaves zeros)
-          if (l.dk == 0 && !kept) std::fill(p, p + rows * kbp, 0.0f);
+          // S = scale * Q K^T -> p, dP = dO V^T -> ds (an empty dk or dv leaves zeros)
+          if (l.dk == 0) std::fill(p, p + rows * kbp, 0.0f);
           if (l.dv == 0) std::fill(ds, ds + rows * kbp, 0.0f);
           const BlockSpans<Arch> spans{l, i0, j0, n};  // causal: the masked part is not computed
-          if (!kept)
-            tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt, kbp, 0.0f, p, kbp,
-                                   spans.scores());
+          tile_gemm<Arch, false>(rows, n, l.dk, scale, qr + i0 * ldq, ldq, kt, kbp, 0.0f, p, kbp,
+                                 spans.scores());
           tile_gemm<Arch, false>(rows, n, l.dv, 1.0f, dor + i0 * ldo, ldo, vt, kbp, 0.0f, ds, kbp,
                                  spans.scores());
-          // P (the weights, dropped out) for dV = P^T dO: p, or the kept rows themselves
-          const float* pw = p;
-          int64_t ldp = kbp;
-          if (kept) {
-            const float* w = kept + (bh * l.Tq + i0) * l.weights_ld;
-            score_grads_from_weights<Arch>(l, b, h, i0, rows, n, kbp, w, l.weights_ld, lse_h, D, p, ds);
-            if (l.dropout == 0) pw = w, ldp = l.weights_ld;
-          } else {
-            weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D, p, ds);
-          }
+          weights_and_score_grads<Arch>(l, b, h, i0, rows, j0, n, kbp, lse_h, D, p, ds);
           const float dv_beta = first && dv_out.overwrite ? 0.0f : 1.0f;
           const float dk_beta = first && dk_out.overwrite ? 0.0f : 1.0f;
           if (dv)
-            tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, pw, ldp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t,
+            tile_gemm<Arch, true>(n, l.dv, rows, 1.0f, p, kbp, dor + i0 * ldo, ldo, dv_beta, dvb, l.dv_.t,
                                   spans.over_queries());
           if (dk)
             tile_gemm<Arch, true>(n, l.dk, rows, scale, ds, kbp, qr + i0 * ldq, ldq, dk_beta, dkb, l.dk_.t,

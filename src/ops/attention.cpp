@@ -109,23 +109,14 @@ Tensor attention(const char* op, const std::array<Operand, 3>& x, std::vector<Te
   }
   Tensor o = Tensor::empty({B, Tq, H, dv}, q.dtype());
   Tensor lse = Tensor::empty({B, H, Tq}, q.dtype());
-  // With one block of keys (at most 128 per query) forward keeps the weights for backward, which
-  // then reads them instead of computing the scores and their exponentials again.
-  const bool recording = should_record(inputs);
-  Tensor weights;
-  if (recording && Tk > 0 && Tk <= kernels::kSdpaMaxKeptKeys) {
-    weights = Tensor::empty({B, H, Tq, kernels::sdpa_weights_ld(Tk)}, q.dtype());
-    l.weights_ld = kernels::sdpa_weights_ld(Tk);
-  }
   visit_float(q.dtype(), op, [&]<class T>() {
-    if (weights.defined()) l.weights = weights.data<T>();
     kernels::sdpa_forward<T>(l, q.data<T>(), k.data<T>(), v.data<T>(), o.data<T>(), lse.data<T>());
   });
-  if (recording) {
+  if (should_record(inputs)) {
     const std::array<Tensor, 3> sources = {x[0].source, x[1].source, x[2].source};
     const std::array<int64_t, 3> cols = {x[0].col, x[1].col, x[2].col};
     record(OpKind::scaled_dot_product_attention, std::move(inputs), o,
-           [sources, cols, q, k, v, mask, o, lse, weights, l, composite](const Tensor& dy) {
+           [sources, cols, q, k, v, mask, o, lse, l, composite](const Tensor& dy) {
              // w = softmax(s), s = scale q k^T + mask; do -> dv = w^T do, ds = w (do v^T - rowsum(do o)),
              // dq = scale ds k, dk = scale ds^T q (dropout on w as in forward)
              if (creating_graph()) return backward_through(composite, dy);

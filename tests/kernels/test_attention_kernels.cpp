@@ -93,31 +93,18 @@ struct Problem {
 
 struct Result {
   std::vector<float> o, lse, dq, dk, dv;
-  std::vector<float> w;  // the weights forward kept (AttentionLayout::weights), when asked
 };
 
-// Whether forward may keep its weights for a problem (one block of keys), and their row stride.
-bool keeps_weights(const Problem& p) {
-  return p.Tk > 0 && p.Tk <= k::kSdpaMaxKeptKeys;
-}
-
 // The kernels on the active ISA, in float. Gradients are added to buffers holding 0.5, or written
-// (GradOutput::overwrite) into buffers holding NaN, which must then never be read. keep: forward
-// keeps its weights and backward reads them; the padding past Tk in each row holds NaN.
-Result run_float(const Problem& p, bool overwrite = false, bool keep = false) {
+// (GradOutput::overwrite) into buffers holding NaN, which must then never be read.
+Result run_float(const Problem& p, bool overwrite = false) {
   const float init = overwrite ? std::numeric_limits<float>::quiet_NaN() : 0.5f;
   Result r;
   r.o.assign(size_t(p.B * p.l.o.b), 0.0f), r.lse.assign(size_t(p.B * p.H * p.Tq), 0.0f);
   r.dq.assign(size_t(p.B * p.l.dq.b), init), r.dk.assign(size_t(p.B * p.l.dk_.b), init);
   r.dv.assign(size_t(p.B * p.l.dv_.b), init);
-  k::AttentionLayout l = p.l;
-  if (keep) {
-    l.weights_ld = k::sdpa_weights_ld(p.Tk);
-    r.w.assign(size_t(p.B * p.H * p.Tq * l.weights_ld), std::numeric_limits<float>::quiet_NaN());
-    l.weights = r.w.data();
-  }
-  k::sdpa_forward<float>(l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data());
-  k::sdpa_backward<float>(l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data(), p.dout.data(),
+  k::sdpa_forward<float>(p.l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data());
+  k::sdpa_backward<float>(p.l, p.q.data(), p.kk.data(), p.v.data(), r.o.data(), r.lse.data(), p.dout.data(),
                           {r.dq.data(), overwrite}, {r.dk.data(), overwrite}, {r.dv.data(), overwrite});
   return r;
 }
@@ -125,15 +112,14 @@ Result run_float(const Problem& p, bool overwrite = false, bool keep = false) {
 // The reference in double on the same values, as float; gradients written (offset 0) or, with
 // offset 0.5, as added to buffers holding 0.5.
 struct Reference {
-  std::vector<double> o, lse, dq, dk, dv, w;
+  std::vector<double> o, lse, dq, dk, dv;
   Result as_float(double offset) const {
     auto narrow = [&](const std::vector<double>& x, double add) {
       std::vector<float> y(x.size());
       for (size_t i = 0; i < x.size(); ++i) y[i] = float(x[i] + add);
       return y;
     };
-    return {narrow(o, 0),       narrow(lse, 0),     narrow(dq, offset),
-            narrow(dk, offset), narrow(dv, offset), narrow(w, 0)};
+    return {narrow(o, 0), narrow(lse, 0), narrow(dq, offset), narrow(dk, offset), narrow(dv, offset)};
   }
 };
 
@@ -147,11 +133,6 @@ Reference run_reference(const Problem& p) {
   r.o.assign(size_t(p.B * l.o.b), 0.0), r.lse.assign(size_t(p.B * p.H * p.Tq), 0.0);
   r.dq.assign(size_t(p.B * l.dq.b), 0.0), r.dk.assign(size_t(p.B * l.dk_.b), 0.0);
   r.dv.assign(size_t(p.B * l.dv_.b), 0.0);
-  if (keeps_weights(p)) {  // the weights too, in the kernels' layout (padding 0)
-    l.weights_ld = k::sdpa_weights_ld(p.Tk);
-    r.w.assign(size_t(p.B * p.H * p.Tq * l.weights_ld), 0.0);
-    l.weights = r.w.data();
-  }
   k::ref::sdpa_forward<double>(l, q.data(), kk.data(), v.data(), r.o.data(), r.lse.data());
   k::ref::sdpa_backward<double>(l, q.data(), kk.data(), v.data(), r.o.data(), r.lse.data(), dout.data(),
                                 {r.dq.data(), false}, {r.dk.data(), false}, {r.dv.data(), false});
@@ -176,15 +157,6 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
                                std::to_string(want[size_t(bad)])
                          : std::string()));
   CHECK(bad < 0);
-}
-
-// The first Tk values of each kept row (the rest is padding).
-std::vector<float> weight_rows(const Problem& p, const std::vector<float>& w) {
-  const int64_t ld = k::sdpa_weights_ld(p.Tk);
-  std::vector<float> rows;
-  for (int64_t r = 0; r < p.B * p.H * p.Tq; ++r)
-    rows.insert(rows.end(), w.begin() + r * ld, w.begin() + r * ld + p.Tk);
-  return rows;
 }
 
 void check_equal(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
@@ -216,12 +188,11 @@ TEST_CASE("sdpa_forward and sdpa_backward match the reference on every ISA, bitw
           const int64_t n = Tq + Tk + d + dv;
           for (k::Isa isa : k::available_isas()) {
             CAPTURE(k::isa_name(isa));
-            Result one, two, written, kept;
+            Result one, two, written;
             {
               Config cfg(isa, 1);
               one = run_float(p);
               written = run_float(p, true);
-              if (keeps_weights(p)) kept = run_float(p, true, true);
             }
             {
               Config cfg(isa, 2);
@@ -235,13 +206,6 @@ TEST_CASE("sdpa_forward and sdpa_backward match the reference on every ISA, bitw
             check_close(written.dq, want_written.dq, n, "dq written");
             check_close(written.dk, want_written.dk, n, "dk written");
             check_close(written.dv, want_written.dv, n, "dv written");
-            if (keeps_weights(p)) {  // forward keeping the weights, backward reading them
-              check_close(weight_rows(p, kept.w), weight_rows(p, want.w), n, "kept weights");
-              check_close(kept.o, want.o, n, "o (weights kept)");
-              check_close(kept.dq, want_written.dq, n, "dq from kept weights");
-              check_close(kept.dk, want_written.dk, n, "dk from kept weights");
-              check_close(kept.dv, want_written.dv, n, "dv from kept weights");
-            }
             check_equal(one.o, two.o, "o, 1 vs 2 threads");
             check_equal(one.dq, two.dq, "dq, 1 vs 2 threads");
             check_equal(one.dk, two.dk, "dk, 1 vs 2 threads");
