@@ -432,7 +432,8 @@ TG_INLINE void row_lse(int64_t n, bool no_keys, const float* m, const float* l, 
 // lanes twice (max and sum: chains of shuffles) and pays a loop per row. o = P V then reads P^T in
 // place as A^T. Paired runs of the kernels alone (both builds at once, one on each Zen 5 core, then
 // swapped; two rounds): the forward at 64 x 4 heads of 32, T 32, 1.23x faster (causal 1.28x), at
-// 12 x 4 heads of 32, T 64, 1.06x (causal 1.03x), at 8 heads of 64, T 64, 1.04x.
+// 12 x 4 heads of 32, T 64, 1.06x (causal 1.03x), at 8 heads of 64, T 64, 1.04x; on the AVX2 path
+// (TAPEGRAD_ARCH=avx2, the same machine) 1.11x (causal 1.22x), 1.04x and 1.035x.
 // Not taken: a ragged last column (the decoder's T 33: 3 vectors for 33 queries, and a 1-column tile
 // of S^T that costs half a full one) ran the forward 0.90x (Tq 33, Tk 32) and 0.98x (causal 33);
 // and the backward keys-major (dP^T = V dO^T, P^T and dS^T down the columns, dV = P^T dO, dK =
