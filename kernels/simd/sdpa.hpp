@@ -216,6 +216,15 @@ inline int64_t head_at(const AttentionStrides& s, int64_t b, int64_t h) {
 // writing as well gained nothing.
 using gemm_detail::prefetch_rows;
 
+// Head bh's query rows [i0, i0 + rows) and all its key and value rows, prefetched.
+inline void prefetch_head(const AttentionLayout& l, int64_t bh, int64_t i0, int64_t rows, const float* q,
+                          const float* k, const float* v) {
+  const int64_t b = bh / l.H, h = bh % l.H;
+  prefetch_rows(rows, l.dk, q + head_at(l.q, b, h) + i0 * l.q.t, l.q.t);
+  prefetch_rows(l.Tk, l.dk, k + head_at(l.k, b, h), l.k.t);
+  prefetch_rows(l.Tk, l.dv, v + head_at(l.v, b, h), l.v.t);
+}
+
 // The transpose of the same: dst[c * ld + r] = src[r * stride + c] for c < cols, r < rows, zero
 // from rows to the next whole vector (all the micro-kernel reads as B; the rest of ld is padding).
 // With AVX, 8 x 8 blocks are transposed in registers (a scalar transpose of K and V was a fifth of
@@ -441,13 +450,18 @@ TG_INLINE void row_lse(int64_t n, bool no_keys, const float* m, const float* l, 
 // where the row-major backward skips the scores past the diagonal tile by tile (TileSpan) and the
 // keys-major S^T cannot skip the queries before it.
 
+// Whether the mask differs between a head's queries (then the keys-major forward transposes it).
+inline bool mask_varies_by_query(const AttentionLayout& l) {
+  return l.mask && l.mask_strides.t != 0 && l.Tq > 1;
+}
+
 // The mask of one head's keys-major scores: masked(s, j, c, queries) is row j (key j) of the scores
 // for the queries [c, c + W) (their indices as floats in `queries`), plus the additive mask, and
 // -inf where causality hides key j from a query.
 template <class Arch>
 struct KeysMajorMask {
   using B = Batch<Arch>;
-  const float* per_key = nullptr;     // a mask row every query shares (mask_strides.t == 0), or null
+  const float* per_key = nullptr;     // the mask row, when every query shares it, or null
   const float* transposed = nullptr;  // else the head's mask transposed, [Tk x ld], or null
   int64_t ld = 0;
   bool causal = false;
@@ -472,21 +486,18 @@ KeysMajorMask<Arch> keys_major_mask(const AttentionLayout& l, int64_t b, int64_t
   m.ld = ld, m.causal = l.causal, m.offset = l.Tk - l.Tq;
   if (l.mask) {
     const float* row0 = static_cast<const float*>(l.mask) + head_at(l.mask_strides, b, h);
-    if (l.mask_strides.t == 0 || l.Tq == 1)
-      m.per_key = row0;
-    else
+    if (mask_varies_by_query(l))
       pack_transposed<Arch>(l.Tq, l.Tk, row0, l.mask_strides.t, ld, scratch), m.transposed = scratch;
+    else
+      m.per_key = row0;
   }
   return m;
 }
 
-// Whether the keys-major forward takes these heads (and, below, whether its mask is transposed).
+// Whether the keys-major forward takes these heads.
 template <class Arch>
 bool keys_major(const AttentionLayout& l) {
   return direct_heads<Arch>(l) && l.Tq % int64_t(Batch<Arch>::size) == 0 && l.Tk > 0;
-}
-inline bool mask_varies_by_query(const AttentionLayout& l) {
-  return l.mask && l.mask_strides.t != 0 && l.Tq > 1;
 }
 
 // The query indices [c, c + W) as floats.
@@ -522,12 +533,7 @@ void sdpa_forward_keys_major(const AttentionLayout& l, const float* q, const flo
       const float* qh = q + head_at(l.q, b, h);
       const float* kh = k + head_at(l.k, b, h);
       const float* vh = v + head_at(l.v, b, h);
-      if (bh + 1 < bh1) {  // the next head's rows, while this one computes
-        const int64_t nb = (bh + 1) / l.H, nh = (bh + 1) % l.H;
-        prefetch_rows(l.Tq, l.dk, q + head_at(l.q, nb, nh), l.q.t);
-        prefetch_rows(l.Tk, l.dk, k + head_at(l.k, nb, nh), l.k.t);
-        prefetch_rows(l.Tk, l.dv, v + head_at(l.v, nb, nh), l.v.t);
-      }
+      if (bh + 1 < bh1) prefetch_head(l, bh + 1, 0, l.Tq, q, k, v);  // the next head, while this one computes
       // S^T = scale K Q^T [Tk x Tq]
       if (l.dk > 0) {
         pack_transposed<Arch>(l.Tq, l.dk, qh, l.q.t, ld, qt);
@@ -623,11 +629,8 @@ void sdpa_forward_f32(const AttentionLayout& l, const float* q, const float* k, 
       const float* kh = k + head_at(l.k, b, h);
       const float* vh = v + head_at(l.v, b, h);
       if (item + 1 < item1 && l.Tk <= kKeyBlock) {  // the next head's rows, while this one computes
-        const int64_t nb = (item + 1) / qblocks / l.H, nh = (item + 1) / qblocks % l.H;
         const int64_t ni0 = ((item + 1) % qblocks) * kQueryBlock;
-        prefetch_rows(std::min(kQueryBlock, l.Tq - ni0), l.dk, q + head_at(l.q, nb, nh) + ni0 * l.q.t, l.q.t);
-        prefetch_rows(l.Tk, l.dk, k + head_at(l.k, nb, nh), l.k.t);
-        prefetch_rows(l.Tk, l.dv, v + head_at(l.v, nb, nh), l.v.t);
+        prefetch_head(l, (item + 1) / qblocks, ni0, std::min(kQueryBlock, l.Tq - ni0), q, k, v);
       }
       if (bh != packed_head) packed_head = bh, packed_blocks = 0;
       std::fill(mrow, mrow + rows, -kInf);
@@ -820,9 +823,7 @@ void sdpa_backward_f32(const AttentionLayout& l, const float* q, const float* k,
       const float* lse_h = lse + bh * l.Tq;
       if (bh + 1 < bh1 && l.Tq <= kQueryBlock && l.Tk <= kKeyBlock) {  // the next head's rows, as forward
         const int64_t nb = (bh + 1) / l.H, nh = (bh + 1) % l.H;
-        prefetch_rows(l.Tq, l.dk, q + head_at(l.q, nb, nh), l.q.t);
-        prefetch_rows(l.Tk, l.dk, k + head_at(l.k, nb, nh), l.k.t);
-        prefetch_rows(l.Tk, l.dv, v + head_at(l.v, nb, nh), l.v.t);
+        prefetch_head(l, bh + 1, 0, l.Tq, q, k, v);
         prefetch_rows(l.Tq, l.dv, o + head_at(l.o, nb, nh), l.o.t);
         prefetch_rows(l.Tq, l.dv, dout + head_at(l.o, nb, nh), l.o.t);
       }
